@@ -1,0 +1,24 @@
+//! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
+
+mod secret;
+mod settings;
+mod validate;
+
+pub use secret::resolve_secret;
+pub use settings::{
+    default_retry_schedule, DatabaseSettings, DestinationSettings, LogSettings, ServerSettings,
+    Settings, SourceSettings,
+};
+pub use validate::{
+    DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig, Source,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[source] config::ConfigError),
+    #[error("configuration key `{key}` {problem}")]
+    Invalid { key: String, problem: String },
+    #[error(transparent)]
+    Provider(#[from] crate::verify::DefinitionError),
+}

@@ -1,0 +1,201 @@
+//! The configuration file as written: a TOML file, then `HOOKGATE__*` environment overrides.
+//! Unknown keys are refused here; meaning is checked in `validate`.
+
+use std::path::{Path, PathBuf};
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default)]
+    pub server: ServerSettings,
+    #[serde(default)]
+    pub database: DatabaseSettings,
+    #[serde(default)]
+    pub log: LogSettings,
+    /// Extra provider definitions; a file here replaces a built-in one of the same name.
+    pub providers_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub sources: Vec<SourceSettings>,
+    #[serde(default)]
+    pub destinations: Vec<DestinationSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Seconds suggested in `Retry-After` when the store cannot take a request.
+    #[serde(default = "default_retry_after")]
+    pub retry_after_seconds: u64,
+    /// How long a client may take to send its headers (slow clients are cut off).
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: String,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            max_body_bytes: default_max_body_bytes(),
+            retry_after_seconds: default_retry_after(),
+            request_timeout: default_request_timeout(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
+}
+fn default_retry_after() -> u64 {
+    5
+}
+fn default_request_timeout() -> String {
+    "10s".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://path.db` (the default) or `postgres://user@host:5432/db`.
+    #[serde(default = "default_database_url")]
+    pub url: String,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// How long a request waits for a connection before it is answered 503.
+    #[serde(default = "default_acquire_timeout")]
+    pub acquire_timeout: String,
+    /// SQLite only: how long a writer waits for the write lock.
+    #[serde(default = "default_busy_timeout")]
+    pub busy_timeout: String,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: default_database_url(),
+            max_connections: default_max_connections(),
+            acquire_timeout: default_acquire_timeout(),
+            busy_timeout: default_busy_timeout(),
+        }
+    }
+}
+
+fn default_database_url() -> String {
+    "sqlite://hookgate.db".into()
+}
+fn default_max_connections() -> u32 {
+    10
+}
+fn default_acquire_timeout() -> String {
+    "5s".into()
+}
+fn default_busy_timeout() -> String {
+    "5s".into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// "text" (default) or "json".
+    #[serde(default)]
+    pub format: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSettings {
+    pub name: String,
+    pub provider: String,
+    /// Literal, `env:VAR` or `file:/path`; see README "Secrets".
+    #[serde(default)]
+    pub secrets: Vec<SecretString>,
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    #[serde(default)]
+    pub destinations: Vec<String>,
+    pub signature_header: Option<String>,
+    pub signature_encoding: Option<String>,
+    pub signature_prefix: Option<String>,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+}
+
+fn default_tenant() -> String {
+    "default".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationSettings {
+    pub name: String,
+    pub url: String,
+    pub signing_secret: SecretString,
+    #[serde(default = "default_retry_schedule")]
+    pub retry_schedule: Vec<String>,
+    #[serde(default = "default_delivery_timeout")]
+    pub timeout: String,
+}
+
+pub fn default_retry_schedule() -> Vec<String> {
+    ["5s", "5m", "30m", "2h", "5h", "10h", "10h"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn default_delivery_timeout() -> String {
+    "15s".into()
+}
+
+impl Settings {
+    /// Reads `path`, then applies `HOOKGATE__SECTION__KEY` environment overrides.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    pub fn load_with_env(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError::Invalid {
+                key: "--config".into(),
+                problem: format!("file {} does not exist", path.display()),
+            });
+        }
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("HOOKGATE__"))
+            .collect();
+        config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("HOOKGATE")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env)),
+            )
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(ConfigError::Load)
+    }
+
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(ConfigError::Load)
+    }
+}

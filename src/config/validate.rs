@@ -1,0 +1,248 @@
+//! Turns `Settings` into a `GatewayConfig`: every reference resolved, every value parsed.
+//! Errors name the offending key, e.g. `sources[1].provider`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretSlice};
+
+use super::secret::resolve_secret;
+use super::settings::Settings;
+use super::ConfigError;
+use crate::domain::Name;
+use crate::verify::{ProviderRegistry, SourceOverrides, SourceVerifier};
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub max_body_bytes: usize,
+    pub retry_after_seconds: u64,
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    pub busy_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug)]
+pub struct Source {
+    pub name: Name,
+    pub tenant: Name,
+    pub provider: String,
+    pub verifier: SourceVerifier,
+    pub destinations: Vec<Name>,
+}
+
+pub struct Destination {
+    pub name: Name,
+    pub url: url::Url,
+    /// The decoded `whsec_` key that signs forwarded deliveries.
+    pub signing_key: SecretSlice<u8>,
+    pub retry_schedule: Vec<Duration>,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Destination")
+            .field("name", &self.name)
+            .field("url", &self.url.as_str())
+            .field("retry_schedule", &self.retry_schedule)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+pub struct GatewayConfig {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub log_format: LogFormat,
+    pub sources: BTreeMap<String, Arc<Source>>,
+    pub destinations: BTreeMap<String, Arc<Destination>>,
+}
+
+fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        problem: problem.into(),
+    }
+}
+
+fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(value)
+        .map_err(|e| invalid(key, format!("is {value:?}, not a duration like \"5s\": {e}")))
+}
+
+impl GatewayConfig {
+    pub fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        let registry = ProviderRegistry::load(settings.providers_dir.as_deref())?;
+        let s = &settings.server;
+        if s.max_body_bytes == 0 {
+            return Err(invalid("server.max_body_bytes", "must be positive"));
+        }
+        let server = ServerConfig {
+            listen: s.listen.clone(),
+            max_body_bytes: s.max_body_bytes,
+            retry_after_seconds: s.retry_after_seconds.max(1),
+            request_timeout: duration("server.request_timeout", &s.request_timeout)?,
+        };
+        let d = &settings.database;
+        if !(d.url.starts_with("sqlite:") || d.url.starts_with("postgres://") || d.url.starts_with("postgresql://")) {
+            return Err(invalid(
+                "database.url",
+                "must start with sqlite:, postgres:// or postgresql://",
+            ));
+        }
+        if d.max_connections == 0 {
+            return Err(invalid("database.max_connections", "must be positive"));
+        }
+        let database = DatabaseConfig {
+            url: d.url.clone(),
+            max_connections: d.max_connections,
+            acquire_timeout: duration("database.acquire_timeout", &d.acquire_timeout)?,
+            busy_timeout: duration("database.busy_timeout", &d.busy_timeout)?,
+        };
+        let log_format = match settings.log.format.as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(invalid(
+                    "log.format",
+                    format!("is {other:?}; expected \"text\" or \"json\""),
+                ))
+            }
+        };
+
+        let mut destinations = BTreeMap::new();
+        for (i, dest) in settings.destinations.iter().enumerate() {
+            let key = |k: &str| format!("destinations[{i}].{k}");
+            let name = Name::parse("destination name", &dest.name)
+                .map_err(|e| invalid(key("name"), e.to_string()))?;
+            let url = url::Url::parse(&dest.url)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .ok_or_else(|| invalid(key("url"), "must be an http:// or https:// URL"))?;
+            let secret = resolve_secret(&dest.signing_secret)
+                .map_err(|p| invalid(key("signing_secret"), p))?;
+            let signing_key = secret
+                .expose_secret()
+                .strip_prefix("whsec_")
+                .and_then(|b| crate::verify::decode_base64_lenient(b).ok())
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| {
+                    invalid(
+                        key("signing_secret"),
+                        "must be \"whsec_\" followed by base64 (generate one with `openssl rand -base64 32`)",
+                    )
+                })?;
+            if dest.retry_schedule.is_empty() {
+                return Err(invalid(key("retry_schedule"), "is empty"));
+            }
+            let retry_schedule = dest
+                .retry_schedule
+                .iter()
+                .enumerate()
+                .map(|(j, v)| duration(&format!("destinations[{i}].retry_schedule[{j}]"), v))
+                .collect::<Result<Vec<_>, _>>()?;
+            let timeout = duration(&key("timeout"), &dest.timeout)?;
+            if destinations.contains_key(name.as_str()) {
+                return Err(invalid(key("name"), format!("{name} is defined twice")));
+            }
+            destinations.insert(
+                name.to_string(),
+                Arc::new(Destination {
+                    name,
+                    url,
+                    signing_key: signing_key.into(),
+                    retry_schedule,
+                    timeout,
+                }),
+            );
+        }
+
+        let mut sources = BTreeMap::new();
+        for (i, src) in settings.sources.iter().enumerate() {
+            let key = |k: &str| format!("sources[{i}].{k}");
+            let name = Name::parse("source name", &src.name)
+                .map_err(|e| invalid(key("name"), e.to_string()))?;
+            let tenant = Name::parse("tenant", &src.tenant)
+                .map_err(|e| invalid(key("tenant"), e.to_string()))?;
+            let definition = registry.get(&src.provider).ok_or_else(|| {
+                invalid(
+                    key("provider"),
+                    format!(
+                        "names unknown provider {:?}; known: {}",
+                        src.provider,
+                        registry.names().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            let overrides = SourceOverrides {
+                signature_header: src.signature_header.clone(),
+                signature_encoding: src.signature_encoding.clone(),
+                signature_prefix: src.signature_prefix.clone(),
+                event_id: src.event_id.clone(),
+                event_type: src.event_type.clone(),
+            };
+            let definition = definition
+                .with_overrides(&overrides)
+                .map_err(|(k, p)| invalid(key(k), p))?;
+            if src.secrets.is_empty() {
+                return Err(invalid(key("secrets"), "is empty: a source needs at least one secret"));
+            }
+            let resolved = src
+                .secrets
+                .iter()
+                .enumerate()
+                .map(|(j, s)| resolve_secret(s).map_err(|p| invalid(format!("sources[{i}].secrets[{j}]"), p)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let plain: Vec<&str> = resolved.iter().map(|s| s.expose_secret()).collect();
+            let verifier = SourceVerifier::new(definition, &plain)
+                .map_err(|(j, p)| invalid(format!("sources[{i}].secrets[{j}]"), p))?;
+            let mut dests = Vec::new();
+            for (j, d) in src.destinations.iter().enumerate() {
+                let Some(dest) = destinations.get(d) else {
+                    return Err(invalid(
+                        format!("sources[{i}].destinations[{j}]"),
+                        format!("names unknown destination {d:?}"),
+                    ));
+                };
+                if !dests.contains(&dest.name) {
+                    dests.push(dest.name.clone());
+                }
+            }
+            if sources.contains_key(name.as_str()) {
+                return Err(invalid(key("name"), format!("{name} is defined twice")));
+            }
+            sources.insert(
+                name.to_string(),
+                Arc::new(Source {
+                    name,
+                    tenant,
+                    provider: src.provider.clone(),
+                    verifier,
+                    destinations: dests,
+                }),
+            );
+        }
+
+        Ok(Self {
+            server,
+            database,
+            log_format,
+            sources,
+            destinations,
+        })
+    }
+}

@@ -1,0 +1,162 @@
+//! Domain newtypes. Each is built only through `parse`, so a value that exists is valid.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+/// hookgate's own id for a stored event. Time-ordered (UUIDv7) so that ids sort by arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(Uuid);
+
+impl EventId {
+    pub fn generate() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    pub fn from_uuid(id: Uuid) -> Self {
+        Self(id)
+    }
+
+    pub fn parse(s: &str) -> Result<Self, DomainError> {
+        Uuid::parse_str(s)
+            .map(Self)
+            .map_err(|_| DomainError::new("event id", "is not a UUID"))
+    }
+
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Id of a queued delivery job (one per event and destination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JobId(Uuid);
+
+impl JobId {
+    pub fn generate() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    pub fn from_uuid(id: Uuid) -> Self {
+        Self(id)
+    }
+
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The provider's own id for an event: the dedupe key, unique per source.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProviderEventId(String);
+
+impl ProviderEventId {
+    pub const MAX_LEN: usize = 255;
+
+    pub fn parse(s: &str) -> Result<Self, DomainError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(DomainError::new("provider event id", "is empty"));
+        }
+        if s.len() > Self::MAX_LEN {
+            return Err(DomainError::new(
+                "provider event id",
+                "is longer than 255 bytes",
+            ));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(DomainError::new(
+                "provider event id",
+                "contains control characters",
+            ));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ProviderEventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A name usable in a URL path segment: sources, destinations, tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(String);
+
+impl Name {
+    pub fn parse(what: &'static str, s: &str) -> Result<Self, DomainError> {
+        let valid = !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if valid {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(DomainError::new(
+                what,
+                "must be 1 to 64 characters of a-z, 0-9, '-' or '_'",
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {problem}")]
+pub struct DomainError {
+    what: &'static str,
+    problem: &'static str,
+}
+
+impl DomainError {
+    fn new(what: &'static str, problem: &'static str) -> Self {
+        Self { what, problem }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_event_id_rejects_empty_long_and_control() {
+        assert!(ProviderEventId::parse("  ").is_err());
+        assert!(ProviderEventId::parse(&"a".repeat(256)).is_err());
+        assert!(ProviderEventId::parse("a\nb").is_err());
+        assert_eq!(ProviderEventId::parse(" evt_1 ").unwrap().as_str(), "evt_1");
+    }
+
+    #[test]
+    fn names_are_path_safe() {
+        assert!(Name::parse("source", "stripe-live_2").is_ok());
+        for bad in ["", "../etc", "Stripe", "a b", "a/b", &"x".repeat(65)] {
+            assert!(Name::parse("source", bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

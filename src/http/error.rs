@@ -1,0 +1,68 @@
+//! The one place where errors become HTTP responses: `{"error": {"code", "message"}}`.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
+
+use crate::ingest::IngestError;
+use crate::verify::VerifyError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("no source named {0:?} is configured")]
+    UnknownSource(String),
+    #[error("the body is larger than the {0} byte limit")]
+    PayloadTooLarge(usize),
+    #[error("the request body could not be read: {0}")]
+    BadPayload(String),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error("the event could not be stored; retry later")]
+    StoreUnavailable { retry_after_seconds: u64 },
+}
+
+impl ApiError {
+    pub fn from_ingest(e: IngestError, retry_after_seconds: u64) -> Self {
+        // The provider's retry is the safety net: any failure to store is a 503, never a 4xx.
+        tracing::warn!(error = %e, "store failed; answering 503");
+        Self::StoreUnavailable {
+            retry_after_seconds,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::UnknownSource(_) => "unknown_source",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::BadPayload(_) => "bad_request",
+            Self::Verify(v) => v.code(),
+            Self::StoreUnavailable { .. } => "store_unavailable",
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::UnknownSource(_) => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BadPayload(_) => StatusCode::BAD_REQUEST,
+            Self::Verify(VerifyError::MissingEventId(_) | VerifyError::MalformedBody) => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::Verify(_) => StatusCode::UNAUTHORIZED,
+            Self::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if let Self::StoreUnavailable {
+            retry_after_seconds,
+        } = self
+        {
+            response.insert_header((header::RETRY_AFTER, retry_after_seconds.to_string()));
+        }
+        response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
+    }
+}

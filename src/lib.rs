@@ -1,0 +1,12 @@
+//! hookgate: a webhook ingestion gateway. The data path follows the module names:
+//! `http` -> `verify` -> `ingest` -> `store`.
+
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod ingest;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+pub mod verify;

@@ -1,0 +1,252 @@
+//! Turning an `Unverified` request into a `Verified` one for one source.
+
+use serde_json::Value;
+
+use super::definition::{ChallengeKind, Location, ProviderDefinition, TimestampSource};
+use super::request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
+use super::signature::{macs_equal, parse_signature_header, SecretKey};
+use super::template::PayloadValues;
+use crate::domain::ProviderEventId;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("no signature header ({0}) in the request")]
+    MissingSignature(String),
+    #[error("the signature does not match any configured secret")]
+    InvalidSignature,
+    #[error("the signature header is malformed: {0}")]
+    MalformedSignature(&'static str),
+    #[error("the signed timestamp is outside the {0} s tolerance")]
+    TimestampOutOfTolerance(i64),
+    #[error("the request carries no event id ({0})")]
+    MissingEventId(String),
+    #[error("the body is not valid JSON, and the event id is read from it")]
+    MalformedBody,
+}
+
+impl VerifyError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MissingSignature(_) => "missing_signature",
+            Self::InvalidSignature | Self::MalformedSignature(_) => "invalid_signature",
+            Self::TimestampOutOfTolerance(_) => "timestamp_out_of_tolerance",
+            Self::MissingEventId(_) => "missing_event_id",
+            Self::MalformedBody => "malformed_body",
+        }
+    }
+}
+
+/// A provider definition with a source's overrides applied, and that source's keys.
+#[derive(Debug)]
+pub struct SourceVerifier {
+    definition: ProviderDefinition,
+    keys: Vec<SecretKey>,
+}
+
+impl SourceVerifier {
+    /// `secrets` in order of preference; the error gives the index of a secret that is unusable.
+    pub fn new(
+        definition: ProviderDefinition,
+        secrets: &[&str],
+    ) -> Result<Self, (usize, &'static str)> {
+        let keys = secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SecretKey::derive(&definition.secret, s).map_err(|e| (i, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Err((0, "list is empty"));
+        }
+        Ok(Self { definition, keys })
+    }
+
+    pub fn provider_name(&self) -> &str {
+        &self.definition.name
+    }
+}
+
+impl Unverified {
+    /// Checks the signature against every secret, then the timestamp, then reads the id.
+    /// `now` is unix seconds, passed in so tests can pin the clock.
+    pub fn verify(self, verifier: &SourceVerifier, now: i64) -> Result<Verified, VerifyError> {
+        let def = &verifier.definition;
+        let spec = &def.signature;
+        let sig_value = first_present(&self.headers, &spec.headers)?
+            .ok_or_else(|| VerifyError::MissingSignature(spec.headers.join(" or ")))?;
+        if sig_value.trim().is_empty() {
+            return Err(VerifyError::MissingSignature(spec.headers.join(" or ")));
+        }
+        let parsed = parse_signature_header(&spec.format, spec.encoding, sig_value)
+            .ok_or(VerifyError::MalformedSignature("no decodable signature"))?;
+
+        let timestamp = match &def.timestamp {
+            None => None,
+            Some(ts) => Some(match &ts.source {
+                TimestampSource::Signature => parsed
+                    .timestamp
+                    .clone()
+                    .ok_or(VerifyError::MalformedSignature("no timestamp field"))?,
+                TimestampSource::Headers(names) => first_present(&self.headers, names)?
+                    .ok_or_else(|| VerifyError::MissingSignature(names.join(" or ")))?
+                    .to_owned(),
+            }),
+        };
+        let id_header = def.event_id.iter().find_map(|l| match l {
+            Location::Header(h) => self.headers.get_all(h).next(),
+            Location::Json(_) => None,
+        });
+        let headers = &self.headers;
+        let header = move |name: &str| -> Option<&str> {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+        };
+        let payload = spec
+            .payload
+            .render(&PayloadValues {
+                body: &self.body,
+                timestamp: timestamp.as_deref(),
+                id: id_header,
+                header: &header,
+            })
+            .ok_or(VerifyError::MalformedSignature(
+                "a signed header is missing",
+            ))?;
+
+        let mut matched = None;
+        for (index, key) in verifier.keys.iter().enumerate() {
+            let expected = key.mac(spec.algorithm, &payload);
+            if parsed.candidates.iter().any(|c| macs_equal(&expected, c)) {
+                matched = Some(index);
+                break;
+            }
+        }
+        let secret_index = matched.ok_or(VerifyError::InvalidSignature)?;
+
+        if let (Some(ts_spec), Some(ts)) = (&def.timestamp, &timestamp) {
+            // Only plain decimal seconds: "+5", " 5" or "5.0" are not what any provider sends.
+            if ts.is_empty() || !ts.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(VerifyError::MalformedSignature("timestamp is not a number"));
+            }
+            let ts: i64 = ts
+                .parse()
+                .map_err(|_| VerifyError::TimestampOutOfTolerance(ts_spec.tolerance_seconds))?;
+            if (now - ts).abs() > ts_spec.tolerance_seconds {
+                return Err(VerifyError::TimestampOutOfTolerance(
+                    ts_spec.tolerance_seconds,
+                ));
+            }
+        }
+
+        // Authentic from here on: parsing the body is now safe.
+        let mut json = LazyJson::new(&self.body);
+        if def.challenge == Some(ChallengeKind::SlackUrlVerification) {
+            if let Some(Value::Object(map)) = json.get() {
+                if map.get("type").and_then(Value::as_str) == Some("url_verification") {
+                    let challenge = map
+                        .get("challenge")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    return Ok(Verified::Challenge(challenge.to_owned()));
+                }
+            }
+        }
+        let raw_id = match lookup(&def.event_id, &self.headers, &mut json) {
+            Lookup::Found(id) => id,
+            Lookup::MalformedJson => return Err(VerifyError::MalformedBody),
+            Lookup::NotFound => return Err(VerifyError::MissingEventId(describe(&def.event_id))),
+        };
+        let provider_event_id = ProviderEventId::parse(&raw_id)
+            .map_err(|e| VerifyError::MissingEventId(e.to_string()))?;
+        let event_type = match lookup(&def.event_type, &self.headers, &mut json) {
+            Lookup::Found(t) => Some(t),
+            _ => None,
+        };
+        Ok(Verified::Event(VerifiedEvent {
+            headers: self.headers,
+            body: self.body,
+            provider_event_id,
+            event_type,
+            scheme: def.name.clone(),
+            secret_index,
+        }))
+    }
+}
+
+/// The first of `names` present; a header sent twice is refused rather than guessed at.
+fn first_present<'a>(
+    headers: &'a RequestHeaders,
+    names: &[String],
+) -> Result<Option<&'a str>, VerifyError> {
+    for name in names {
+        match headers.get_one(name) {
+            HeaderLookup::Absent => continue,
+            HeaderLookup::One(v) => return Ok(Some(v)),
+            HeaderLookup::Repeated => {
+                return Err(VerifyError::MalformedSignature("a signature header is repeated"))
+            }
+        }
+    }
+    Ok(None)
+}
+
+struct LazyJson<'a> {
+    body: &'a [u8],
+    parsed: Option<Option<Value>>,
+}
+
+impl<'a> LazyJson<'a> {
+    fn new(body: &'a [u8]) -> Self {
+        Self { body, parsed: None }
+    }
+
+    fn get(&mut self) -> Option<&Value> {
+        self.parsed
+            .get_or_insert_with(|| serde_json::from_slice(self.body).ok())
+            .as_ref()
+    }
+}
+
+enum Lookup {
+    Found(String),
+    NotFound,
+    MalformedJson,
+}
+
+fn lookup(locations: &[Location], headers: &RequestHeaders, json: &mut LazyJson<'_>) -> Lookup {
+    let mut malformed = false;
+    for loc in locations {
+        match loc {
+            Location::Header(h) => {
+                if let Some(v) = headers.get_all(h).next().filter(|v| !v.trim().is_empty()) {
+                    return Lookup::Found(v.to_owned());
+                }
+            }
+            Location::Json(pointer) => match json.get() {
+                None => malformed = true,
+                Some(doc) => match doc.pointer(pointer) {
+                    Some(Value::String(s)) if !s.is_empty() => return Lookup::Found(s.clone()),
+                    Some(Value::Number(n)) => return Lookup::Found(n.to_string()),
+                    _ => {}
+                },
+            },
+        }
+    }
+    if malformed {
+        Lookup::MalformedJson
+    } else {
+        Lookup::NotFound
+    }
+}
+
+fn describe(locations: &[Location]) -> String {
+    locations
+        .iter()
+        .map(|l| match l {
+            Location::Header(h) => format!("header {h}"),
+            Location::Json(p) => format!("body field {p}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
