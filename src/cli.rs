@@ -42,7 +42,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let gateway = GatewayConfig::from_settings(&settings)?;
             telemetry::init(gateway.log_format);
             let app = Application::build(settings).await?;
-            let base = format!("http://{}", display_address(&gateway.server.listen, app.port()));
+            let base = format!(
+                "http://{}",
+                display_address(&gateway.server.listen, app.port())
+            );
             println!(
                 "hookgate listening on {base} (store: {})",
                 app.store().backend_name()

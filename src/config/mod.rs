@@ -9,9 +9,7 @@ pub use settings::{
     default_retry_schedule, DatabaseSettings, DestinationSettings, LogSettings, ServerSettings,
     Settings, SourceSettings,
 };
-pub use validate::{
-    DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig, Source,
-};
+pub use validate::{DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig, Source};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -9,7 +9,9 @@ pub fn resolve_secret(reference: &SecretString) -> Result<SecretString, String> 
         match std::env::var(var) {
             Ok(v) if !v.is_empty() => Ok(v.into()),
             Ok(_) => Err(format!("names environment variable {var}, which is empty")),
-            Err(_) => Err(format!("names environment variable {var}, which is not set")),
+            Err(_) => Err(format!(
+                "names environment variable {var}, which is not set"
+            )),
         }
     } else if let Some(path) = raw.strip_prefix("file:") {
         let text = std::fs::read_to_string(path)
@@ -39,7 +41,9 @@ mod tests {
         let r = |s: &str| resolve_secret(&SecretString::from(s.to_owned()));
         assert_eq!(r("lit").unwrap().expose_secret(), "lit");
         assert_eq!(
-            r(&format!("file:{}", path.display())).unwrap().expose_secret(),
+            r(&format!("file:{}", path.display()))
+                .unwrap()
+                .expose_secret(),
             "from-file"
         );
         assert!(r("env:HOOKGATE_TEST_SURELY_UNSET_VAR").is_err());

@@ -80,8 +80,12 @@ fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
 }
 
 fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(value)
-        .map_err(|e| invalid(key, format!("is {value:?}, not a duration like \"5s\": {e}")))
+    humantime::parse_duration(value).map_err(|e| {
+        invalid(
+            key,
+            format!("is {value:?}, not a duration like \"5s\": {e}"),
+        )
+    })
 }
 
 impl GatewayConfig {
@@ -98,7 +102,10 @@ impl GatewayConfig {
             request_timeout: duration("server.request_timeout", &s.request_timeout)?,
         };
         let d = &settings.database;
-        if !(d.url.starts_with("sqlite:") || d.url.starts_with("postgres://") || d.url.starts_with("postgresql://")) {
+        if !(d.url.starts_with("sqlite:")
+            || d.url.starts_with("postgres://")
+            || d.url.starts_with("postgresql://"))
+        {
             return Err(invalid(
                 "database.url",
                 "must start with sqlite:, postgres:// or postgresql://",
@@ -199,13 +206,18 @@ impl GatewayConfig {
                 .with_overrides(&overrides)
                 .map_err(|(k, p)| invalid(key(k), p))?;
             if src.secrets.is_empty() {
-                return Err(invalid(key("secrets"), "is empty: a source needs at least one secret"));
+                return Err(invalid(
+                    key("secrets"),
+                    "is empty: a source needs at least one secret",
+                ));
             }
             let resolved = src
                 .secrets
                 .iter()
                 .enumerate()
-                .map(|(j, s)| resolve_secret(s).map_err(|p| invalid(format!("sources[{i}].secrets[{j}]"), p)))
+                .map(|(j, s)| {
+                    resolve_secret(s).map_err(|p| invalid(format!("sources[{i}].secrets[{j}]"), p))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let plain: Vec<&str> = resolved.iter().map(|s| s.expose_secret()).collect();
             let verifier = SourceVerifier::new(definition, &plain)

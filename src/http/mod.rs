@@ -22,5 +22,8 @@ pub struct AppState {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
-        .route("/webhooks/{source}", web::post().to(ingest::receive_webhook));
+        .route(
+            "/webhooks/{source}",
+            web::post().to(ingest::receive_webhook),
+        );
 }

@@ -141,8 +141,9 @@ impl SqliteStore {
         source: &str,
         provider_event_id: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
-        let sql =
-            format!("SELECT {EVENT_COLUMNS} FROM events WHERE source = ? AND provider_event_id = ?");
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE source = ? AND provider_event_id = ?"
+        );
         let row = sqlx::query(&sql)
             .bind(source)
             .bind(provider_event_id)

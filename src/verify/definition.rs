@@ -102,7 +102,9 @@ impl Location {
             Ok(Self::Header(name.to_ascii_lowercase()))
         } else if let Some(pointer) = s.strip_prefix("json:") {
             if !pointer.starts_with('/') {
-                return Err(format!("has JSON pointer {pointer:?}, which must start with '/'"));
+                return Err(format!(
+                    "has JSON pointer {pointer:?}, which must start with '/'"
+                ));
             }
             Ok(Self::Json(pointer.to_owned()))
         } else {

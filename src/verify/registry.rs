@@ -9,14 +9,26 @@ use super::definition::{parse_definition, DefinitionError, ProviderDefinition};
 
 /// Definitions shipped in `providers/`, compiled in so the binary needs no data files.
 const EMBEDDED: &[(&str, &str)] = &[
-    ("providers/stripe.toml", include_str!("../../providers/stripe.toml")),
-    ("providers/github.toml", include_str!("../../providers/github.toml")),
+    (
+        "providers/stripe.toml",
+        include_str!("../../providers/stripe.toml"),
+    ),
+    (
+        "providers/github.toml",
+        include_str!("../../providers/github.toml"),
+    ),
     (
         "providers/standard-webhooks.toml",
         include_str!("../../providers/standard-webhooks.toml"),
     ),
-    ("providers/shopify.toml", include_str!("../../providers/shopify.toml")),
-    ("providers/slack.toml", include_str!("../../providers/slack.toml")),
+    (
+        "providers/shopify.toml",
+        include_str!("../../providers/shopify.toml"),
+    ),
+    (
+        "providers/slack.toml",
+        include_str!("../../providers/slack.toml"),
+    ),
     (
         "providers/hmac-sha256.toml",
         include_str!("../../providers/hmac-sha256.toml"),

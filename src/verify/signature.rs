@@ -130,8 +130,8 @@ impl SecretKey {
 }
 
 fn run_mac<M: Mac + hmac::digest::KeyInit>(key: &[u8], message: &[u8]) -> Vec<u8> {
-    let mut mac = <M as hmac::digest::KeyInit>::new_from_slice(key)
-        .expect("HMAC accepts keys of any length");
+    let mut mac =
+        <M as hmac::digest::KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
     mac.update(message);
     mac.finalize().into_bytes().to_vec()
 }

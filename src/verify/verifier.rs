@@ -184,7 +184,9 @@ fn first_present<'a>(
             HeaderLookup::Absent => continue,
             HeaderLookup::One(v) => return Ok(Some(v)),
             HeaderLookup::Repeated => {
-                return Err(VerifyError::MalformedSignature("a signature header is repeated"))
+                return Err(VerifyError::MalformedSignature(
+                    "a signature header is repeated",
+                ))
             }
         }
     }

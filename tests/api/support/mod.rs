@@ -1,1 +1,219 @@
+//! Test harness: the real server on port 0 against a real, fresh database of either backend.
+
+#![allow(dead_code)]
+
 pub mod postgres;
+pub mod proxy;
+pub mod signing;
+
+use actix_web::dev::ServerHandle;
+use hookgate::config::Settings;
+use hookgate::startup::Application;
+use hookgate::store::Store;
+
+/// Runs an async test body once per backend: `both_backends!(test_fn, ...)` defines
+/// `sqlite::test_fn` and `postgres::test_fn`, each calling `test_fn(Backend::X)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub const STRIPE_SECRET: &str = "whsec_current_stripe_secret";
+pub const STRIPE_OLD_SECRET: &str = "whsec_previous_stripe_secret";
+pub const GITHUB_SECRET: &str = "It's a Secret to Everybody";
+pub const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+pub const SVIX_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const MAX_BODY: usize = 4096;
+
+/// The configuration every test starts from; tests adjust it through `spawn_app_with`.
+pub fn base_config() -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+max_body_bytes = {MAX_BODY}
+retry_after_seconds = 7
+
+[database]
+url = "sqlite::memory:"
+acquire_timeout = "2s"
+busy_timeout = "2s"
+
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["{STRIPE_SECRET}", "{STRIPE_OLD_SECRET}"]
+tenant = "acme"
+destinations = ["billing", "audit"]
+
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{GITHUB_SECRET}"]
+destinations = ["audit"]
+
+[[sources]]
+name = "slack"
+provider = "slack"
+secrets = ["{SLACK_SECRET}"]
+destinations = ["audit"]
+
+[[sources]]
+name = "svix"
+provider = "svix"
+secrets = ["{SVIX_SECRET}"]
+destinations = ["billing"]
+
+[[destinations]]
+name = "billing"
+url = "http://127.0.0.1:9/billing"
+signing_secret = "whsec_dGVzdC1iaWxsaW5nLXNpZ25pbmcta2V5"
+
+[[destinations]]
+name = "audit"
+url = "http://127.0.0.1:9/audit"
+signing_secret = "whsec_dGVzdC1hdWRpdC1zaWduaW5nLWtleQ=="
+"#
+    )
+}
+
+enum DbGuard {
+    Sqlite(tempfile::TempDir),
+    Postgres(postgres::TestDatabase),
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub store: Store,
+    pub client: reqwest::Client,
+    pub backend: Backend,
+    /// The URL the gateway was configured with (after any rewrite by the test).
+    pub database_url: String,
+    handle: ServerHandle,
+    // Dropped last: the database outlives the server using it.
+    _db: DbGuard,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let handle = self.handle.clone();
+        // Stopping is async; the runtime may be shutting down, so this is best effort.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(handle.stop(false));
+            }
+        })
+        .join();
+    }
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    spawn_app_with(backend, |_, url| url.to_owned()).await
+}
+
+/// `adjust` may edit the settings and returns the database URL the gateway should use,
+/// given the real one (the outage tests route it through a proxy).
+pub async fn spawn_app_with(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Settings, &str) -> String,
+) -> TestApp {
+    let (guard, real_url) = match backend {
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite://{}", dir.path().join("hookgate.db").display());
+            (DbGuard::Sqlite(dir), url)
+        }
+        Backend::Postgres => {
+            let db = postgres::TestDatabase::create().await;
+            let url = db.url().to_owned();
+            (DbGuard::Postgres(db), url)
+        }
+    };
+    let mut settings = Settings::from_toml_str(&base_config()).expect("base test config");
+    let url = adjust(&mut settings, &real_url);
+    settings.database.url = url.clone();
+    let app = Application::build(settings)
+        .await
+        .expect("the application builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let store = app.store().clone();
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        store,
+        client: reqwest::Client::new(),
+        backend,
+        database_url: url,
+        handle,
+        _db: guard,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// POSTs `body` to `/webhooks/{source}` with the given headers.
+    pub async fn post_webhook(
+        &self,
+        source: &str,
+        headers: &[(String, String)],
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        let mut req = self.client.post(self.url(&format!("/webhooks/{source}")));
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req.body(body).send().await.expect("request is sent")
+    }
+
+    /// A Stripe event signed now with the current secret.
+    pub async fn post_stripe(&self, body: &str) -> reqwest::Response {
+        let headers = signing::stripe_headers(STRIPE_SECRET, signing::now(), body.as_bytes());
+        self.post_webhook("stripe", &headers, body.to_owned()).await
+    }
+}
+
+pub async fn error_code(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: serde_json::Value = response.json().await.expect("error body is JSON");
+    let code = body["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error.code in {body}"))
+        .to_owned();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "no error.message in {body}"
+    );
+    (status, code)
+}

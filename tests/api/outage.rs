@@ -1,0 +1,109 @@
+//! When the store cannot commit, the gateway answers 503 with Retry-After and stores
+//! nothing; the provider's retry then succeeds once the store is back.
+
+use std::net::SocketAddr;
+
+use sqlx::Connection as _;
+
+use crate::support::proxy::TcpProxy;
+use crate::support::{error_code, postgres, spawn_app_with, Backend, TestApp};
+
+async fn assert_store_unavailable(app: &TestApp, body: &str) {
+    let r = app.post_stripe(body).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "7");
+    assert_eq!(error_code(r).await, (503, "store_unavailable".into()));
+    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the process itself is still alive");
+}
+
+async fn assert_stored_after_recovery(app: &TestApp, body: &str, provider_event_id: &str) {
+    assert!(
+        app.store
+            .find_event("stripe", provider_event_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing may be stored by a request answered 503"
+    );
+    let r = app.post_stripe(body).await;
+    assert_eq!(r.status(), 200);
+    let json: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        json["duplicate"], false,
+        "the retry is the first real store"
+    );
+    let event = app
+        .store
+        .find_event("stripe", provider_event_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(app.store.jobs_for_event(event.id).await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_unreachable_gives_503_and_stores_nothing() {
+    // The gateway talks to PostgreSQL through a proxy the test can cut.
+    let server = url::Url::parse(&postgres::admin_url().await).unwrap();
+    let target: SocketAddr = format!(
+        "{}:{}",
+        server.host_str().unwrap(),
+        server.port().unwrap_or(5432)
+    )
+    .parse()
+    .expect("the test server has a numeric address");
+    let proxy = TcpProxy::start(target).await;
+    let proxy_port = proxy.addr.port();
+    let app = spawn_app_with(Backend::Postgres, |_, real| {
+        let mut url = url::Url::parse(real).unwrap();
+        url.set_port(Some(proxy_port)).unwrap();
+        url.to_string()
+    })
+    .await;
+
+    let body = r#"{"id":"evt_outage_pg","type":"charge.succeeded"}"#;
+    proxy.cut();
+    assert_store_unavailable(&app, body).await;
+    proxy.restore();
+    assert_stored_after_recovery(&app, body, "evt_outage_pg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_write_lock_held_gives_503_and_stores_nothing() {
+    let app = spawn_app_with(Backend::Sqlite, |settings, real| {
+        settings.database.busy_timeout = "200ms".into();
+        real.to_owned()
+    })
+    .await;
+    // Another process holding the write lock past the busy timeout: the store cannot commit.
+    let mut locker = sqlx::SqliteConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN EXCLUSIVE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let body = r#"{"id":"evt_outage_sqlite","type":"charge.succeeded"}"#;
+    assert_store_unavailable(&app, body).await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    assert_stored_after_recovery(&app, body, "evt_outage_sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_with_its_database_down_at_start_fails_to_build() {
+    // serve applies migrations first, so an unreachable database is a start-up error
+    // rather than a gateway that answers 503 to everything.
+    let mut settings =
+        hookgate::config::Settings::from_toml_str(&crate::support::base_config()).unwrap();
+    settings.database.url = "postgres://postgres@127.0.0.1:1/none".into();
+    settings.database.acquire_timeout = "1s".into();
+    assert!(hookgate::startup::Application::build(settings)
+        .await
+        .is_err());
+}
