@@ -1,5 +1,6 @@
 //! The command line: `serve`, `migrate`, `check`.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -46,13 +47,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "http://{}",
                 display_address(&gateway.server.listen, app.port())
             );
-            println!(
+            // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
                 "hookgate listening on {base} (store: {})",
                 app.store().backend_name()
             );
             for name in gateway.sources.keys() {
-                println!("  POST webhooks for source {name:?} to {base}/webhooks/{name}");
+                let _ = writeln!(
+                    out,
+                    "  POST webhooks for source {name:?} to {base}/webhooks/{name}"
+                );
             }
+            let _ = out.flush();
+            drop(out);
             app.run_until_stopped().await?;
         }
         Command::Migrate { config } => {

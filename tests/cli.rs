@@ -1,0 +1,254 @@
+//! The `hookgate` binary: `check` names bad keys, `migrate` migrates, and `serve` starts on
+//! the README's example config and accepts the README's signed curl example.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+    // The developer's own overrides must not leak into these tests.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HOOKGATE") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+fn repo_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+fn check(config: &str, env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookgate.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut cmd = bin();
+    cmd.arg("check").arg("--config").arg(&path);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+const VALID: &str = r#"
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["whsec_a"]
+destinations = ["billing"]
+
+[[destinations]]
+name = "billing"
+url = "http://127.0.0.1:9000/x"
+signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
+"#;
+
+fn assert_rejected_naming(config: &str, env: &[(&str, &str)], key: &str) {
+    let out = check(config, env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted a bad config:\n{config}");
+    assert!(
+        stderr.contains(key),
+        "the error should name `{key}`, got: {stderr}"
+    );
+}
+
+#[test]
+fn check_accepts_the_example_and_a_minimal_config() {
+    let out = bin()
+        .arg("check")
+        .arg("--config")
+        .arg(repo_file("hookgate.example.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(check(VALID, &[]).status.success());
+}
+
+#[test]
+fn check_rejects_bad_configs_naming_the_key() {
+    assert_rejected_naming(&format!("[server]\nlisen = \"x\"\n{VALID}"), &[], "lisen");
+    assert_rejected_naming(
+        &VALID.replace(r#"provider = "stripe""#, r#"provider = "strype""#),
+        &[],
+        "sources[0].provider",
+    );
+    assert_rejected_naming(
+        &VALID.replace(r#"secrets = ["whsec_a"]"#, "secrets = []"),
+        &[],
+        "sources[0].secrets",
+    );
+    assert_rejected_naming(
+        &VALID.replace(
+            r#"destinations = ["billing"]"#,
+            r#"destinations = ["bill"]"#,
+        ),
+        &[],
+        "sources[0].destinations[0]",
+    );
+    assert_rejected_naming(
+        &VALID.replace("whsec_c2VjcmV0LXNpZ25pbmcta2V5", "plain"),
+        &[],
+        "destinations[0].signing_secret",
+    );
+    assert_rejected_naming(
+        &VALID.replace(r#"name = "stripe""#, r#"name = "../stripe""#),
+        &[],
+        "sources[0].name",
+    );
+    assert_rejected_naming(
+        &VALID.replace(
+            r#"url = "http://127.0.0.1:9000/x""#,
+            "url = \"http://127.0.0.1:9000/x\"\nretry_schedule = [\"5 parsecs\"]",
+        ),
+        &[],
+        "destinations[0].retry_schedule[0]",
+    );
+}
+
+#[test]
+fn secrets_can_come_from_the_environment_or_a_file() {
+    let env_ref = VALID.replace("whsec_a", "env:HOOKGATE_TEST_STRIPE_SECRET");
+    assert!(
+        check(&env_ref, &[("HOOKGATE_TEST_STRIPE_SECRET", "whsec_x")])
+            .status
+            .success()
+    );
+    assert_rejected_naming(&env_ref, &[], "sources[0].secrets[0]");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, "whsec_from_file\n").unwrap();
+    let file_ref = VALID.replace("whsec_a", &format!("file:{}", file.display()));
+    assert!(check(&file_ref, &[]).status.success());
+    let missing = VALID.replace("whsec_a", "file:/nonexistent/hookgate-secret");
+    assert_rejected_naming(&missing, &[], "sources[0].secrets[0]");
+}
+
+#[test]
+fn environment_overrides_apply_and_unknown_ones_are_refused() {
+    assert_rejected_naming(
+        VALID,
+        &[("HOOKGATE__DATABASE__URL", "mysql://nope")],
+        "database.url",
+    );
+    assert_rejected_naming(VALID, &[("HOOKGATE__SERVER__BOGUS", "1")], "bogus");
+    assert!(check(
+        VALID,
+        &[("HOOKGATE__DATABASE__URL", "postgres://u@localhost/db")]
+    )
+    .status
+    .success());
+}
+
+#[test]
+fn migrate_creates_the_sqlite_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let out = bin()
+        .arg("migrate")
+        .arg("--config")
+        .arg(repo_file("hookgate.example.toml"))
+        .env(
+            "HOOKGATE__DATABASE__URL",
+            format!("sqlite://{}", db.display()),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tables: Vec<String> = rt.block_on(async {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+    });
+    assert!(tables.iter().any(|t| t == "events"), "{tables:?}");
+    assert!(tables.iter().any(|t| t == "jobs"), "{tables:?}");
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The shell block between `<!-- curl-example -->` markers in the README.
+fn readme_curl_example() -> String {
+    let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
+    let start = readme
+        .find("<!-- curl-example -->")
+        .expect("README has a curl example");
+    let block = &readme[start..];
+    let code = &block[block.find("```bash\n").unwrap() + 8..];
+    code[..code.find("```").unwrap()].to_owned()
+}
+
+#[test]
+fn serve_starts_on_the_example_config_and_accepts_the_readme_curl_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = bin()
+        .arg("serve")
+        .arg("--config")
+        .arg(repo_file("hookgate.example.toml"))
+        .env(
+            "HOOKGATE__DATABASE__URL",
+            format!("sqlite://{}", dir.path().join("serve.db").display()),
+        )
+        .env("HOOKGATE__SERVER__LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    // Keep draining, as a terminal would.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    // "hookgate listening on http://127.0.0.1:PORT (store: sqlite)"
+    let address = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    assert!(first.contains("sqlite"), "{first}");
+
+    let script = readme_curl_example().replace("http://127.0.0.1:8080", &address);
+    let run = || {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let first = run();
+    assert_eq!(first["duplicate"], false, "{first}");
+    let again = run();
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(again["id"], first["id"]);
+}
