@@ -48,7 +48,11 @@ impl Application {
             .local_addr()
             .map_err(|source| StartupError::Bind { address, source })?
             .port();
-        let server = run(listener, store.clone(), config.clone())?;
+        let server =
+            run(listener, store.clone(), config.clone()).map_err(|source| StartupError::Bind {
+                address: config.server.listen.clone(),
+                source,
+            })?;
         Ok(Self {
             port,
             server,
@@ -80,11 +84,7 @@ impl Application {
     }
 }
 
-fn run(
-    listener: TcpListener,
-    store: Store,
-    config: Arc<GatewayConfig>,
-) -> Result<Server, StartupError> {
+fn run(listener: TcpListener, store: Store, config: Arc<GatewayConfig>) -> std::io::Result<Server> {
     let request_timeout = config.server.request_timeout;
     let state = web::Data::new(AppState { store, config });
     let server = HttpServer::new(move || {
@@ -97,11 +97,7 @@ fn run(
             }))
     })
     .client_request_timeout(request_timeout)
-    .listen(listener)
-    .map_err(|source| StartupError::Bind {
-        address: "listener".into(),
-        source,
-    })?
+    .listen(listener)?
     .run();
     Ok(server)
 }

@@ -4,5 +4,6 @@
 mod support;
 
 mod concurrency;
+mod crash;
 mod ingest;
 mod outage;
