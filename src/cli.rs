@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::{GatewayConfig, Settings};
-use crate::startup::Application;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::startup::{shutdown_signal, Application, BackgroundWork, Role};
 use crate::store::Store;
 use crate::telemetry;
 
@@ -23,6 +27,9 @@ pub enum Command {
     Serve {
         #[arg(long, short, env = "HOOKGATE_CONFIG")]
         config: PathBuf,
+        /// Run the HTTP server, the delivery workers, or both.
+        #[arg(long, value_enum, default_value = "all")]
+        role: Role,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -38,32 +45,7 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { config } => {
-            let settings = Settings::load(&config)?;
-            let gateway = GatewayConfig::from_settings(&settings)?;
-            telemetry::init(gateway.log_format);
-            let app = Application::build(settings).await?;
-            let base = format!(
-                "http://{}",
-                display_address(&gateway.server.listen, app.port())
-            );
-            // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(
-                out,
-                "hookgate listening on {base} (store: {})",
-                app.store().backend_name()
-            );
-            for name in gateway.sources.keys() {
-                let _ = writeln!(
-                    out,
-                    "  POST webhooks for source {name:?} to {base}/webhooks/{name}"
-                );
-            }
-            let _ = out.flush();
-            drop(out);
-            app.run_until_stopped().await?;
-        }
+        Command::Serve { config, role } => serve(&config, role).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;
@@ -90,4 +72,60 @@ fn display_address(listen: &str, port: u16) -> String {
         Some((host, _)) => format!("{host}:{port}"),
         None => format!("{listen}:{port}"),
     }
+}
+
+async fn serve(config: &std::path::Path, role: Role) -> anyhow::Result<()> {
+    let settings = Settings::load(config)?;
+    let gateway = GatewayConfig::from_settings(&settings)?;
+    telemetry::init(gateway.log_format);
+    let (stop, stopped) = watch::channel(false);
+
+    let (store, config, server) = if role == Role::Worker {
+        let store = Store::connect(&gateway.database)?;
+        store.migrate().await?;
+        println!("hookgate worker started (store: {})", store.backend_name());
+        (store, Arc::new(gateway), None)
+    } else {
+        let app = Application::build(settings).await?;
+        let base = format!(
+            "http://{}",
+            display_address(&gateway.server.listen, app.port())
+        );
+        // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "hookgate listening on {base} (store: {}, role: {role:?})",
+            app.store().backend_name()
+        );
+        for name in gateway.sources.keys() {
+            let _ = writeln!(
+                out,
+                "  POST webhooks for source {name:?} to {base}/webhooks/{name}"
+            );
+        }
+        let _ = out.flush();
+        drop(out);
+        (app.store().clone(), app.config().clone(), Some(app))
+    };
+
+    let background = (role != Role::Api)
+        .then(|| tokio::spawn(BackgroundWork::new(store.clone(), config).run(stopped)));
+    let server_handle = server.as_ref().map(Application::handle);
+    let server_task = server.map(|app| tokio::spawn(app.run_until_stopped()));
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: no new work; finishing what is in flight");
+    let _ = stop.send(true);
+    if let Some(handle) = server_handle {
+        handle.stop(true).await;
+    }
+    if let Some(task) = server_task {
+        task.await??;
+    }
+    if let Some(task) = background {
+        task.await?;
+    }
+    store.close().await;
+    Ok(())
 }

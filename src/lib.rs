@@ -1,12 +1,15 @@
 //! hookgate: a webhook ingestion gateway. The data path follows the module names:
-//! `http` -> `verify` -> `ingest` -> `store`.
+//! `http` -> `verify` -> `ingest` -> `store` -> `queue` and `worker` -> `delivery`.
 
 pub mod cli;
 pub mod config;
+pub mod delivery;
 pub mod domain;
 pub mod http;
 pub mod ingest;
+pub mod queue;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod verify;
+pub mod worker;

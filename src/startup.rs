@@ -11,6 +11,8 @@ use serde_json::json;
 use crate::config::{ConfigError, GatewayConfig, Settings};
 use crate::http::{self, AppState};
 use crate::store::{Store, StoreError};
+use crate::worker::{Reconciler, Worker};
+use tokio::sync::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -26,6 +28,17 @@ pub enum StartupError {
     },
 }
 
+/// Which side of the gateway a process runs, so the two can be scaled apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// The HTTP server only (ingest, health).
+    Api,
+    /// Delivery workers and the reconciler only.
+    Worker,
+    /// Both.
+    All,
+}
+
 pub struct Application {
     port: u16,
     server: Server,
@@ -34,7 +47,8 @@ pub struct Application {
 }
 
 impl Application {
-    /// Validates the settings, connects the store, applies pending migrations, and binds.
+    /// Validates the settings, connects the store, applies pending migrations, and binds the
+    /// HTTP server. Workers are separate (`BackgroundWork`), so tests can drive them by hand.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let config = Arc::new(GatewayConfig::from_settings(&settings)?);
         let store = Store::connect(&config.database)?;
@@ -69,7 +83,7 @@ impl Application {
         &self.store
     }
 
-    pub fn config(&self) -> &GatewayConfig {
+    pub fn config(&self) -> &Arc<GatewayConfig> {
         &self.config
     }
 
@@ -97,7 +111,64 @@ fn run(listener: TcpListener, store: Store, config: Arc<GatewayConfig>) -> std::
             }))
     })
     .client_request_timeout(request_timeout)
+    // Signals are handled in one place (cli::serve) so workers and server stop together.
+    .disable_signals()
     .listen(listener)?
     .run();
     Ok(server)
+}
+
+/// The worker pool and the periodic reconciler of one process.
+pub struct BackgroundWork {
+    worker: Arc<Worker>,
+    reconciler: Reconciler,
+    interval: std::time::Duration,
+}
+
+impl BackgroundWork {
+    pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
+        Self {
+            worker: Arc::new(Worker::new(store.clone(), config.clone())),
+            reconciler: Reconciler::new(store, config.clone()),
+            interval: config.worker.reconcile_interval,
+        }
+    }
+
+    /// Runs until `shutdown` turns true, then drains (see `Worker::run`).
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        let reconciler = self.reconciler;
+        let interval = self.interval;
+        let mut reconcile_shutdown = shutdown.clone();
+        let sweeps = tokio::spawn(async move {
+            loop {
+                if let Err(e) = reconciler.sweep().await {
+                    tracing::warn!(error = %e, "reconciler sweep failed");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = reconcile_shutdown.changed() => return,
+                }
+            }
+        });
+        self.worker.run(shutdown).await;
+        let _ = sweeps.await;
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
 }

@@ -7,9 +7,11 @@ mod validate;
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, DatabaseSettings, DestinationSettings, LogSettings, ServerSettings,
-    Settings, SourceSettings,
+    Settings, SourceSettings, WorkerSettings,
 };
-pub use validate::{DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig, Source};
+pub use validate::{
+    DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig, Source, WorkerConfig,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

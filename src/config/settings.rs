@@ -17,6 +17,8 @@ pub struct Settings {
     pub database: DatabaseSettings,
     #[serde(default)]
     pub log: LogSettings,
+    #[serde(default)]
+    pub worker: WorkerSettings,
     /// Extra provider definitions; a file here replaces a built-in one of the same name.
     pub providers_dir: Option<PathBuf>,
     #[serde(default)]
@@ -104,6 +106,61 @@ fn default_busy_timeout() -> String {
     "5s".into()
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSettings {
+    /// Deliveries one process runs at once, over all destinations.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// How long a claimed job is reserved; a long delivery renews it.
+    #[serde(default = "default_lease")]
+    pub lease: String,
+    /// How often an idle worker looks for due jobs (PostgreSQL also wakes it on NOTIFY).
+    #[serde(default = "default_poll_interval")]
+    pub poll_interval: String,
+    /// On SIGINT/SIGTERM, how long in-flight deliveries may take to finish.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace: String,
+    /// How often the reconciler sweeps for expired leases and missing jobs.
+    #[serde(default = "default_reconcile_interval")]
+    pub reconcile_interval: String,
+    /// How far back the reconciler looks for events missing a job.
+    #[serde(default = "default_reconcile_lookback")]
+    pub reconcile_lookback: String,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: default_concurrency(),
+            lease: default_lease(),
+            poll_interval: default_poll_interval(),
+            shutdown_grace: default_shutdown_grace(),
+            reconcile_interval: default_reconcile_interval(),
+            reconcile_lookback: default_reconcile_lookback(),
+        }
+    }
+}
+
+fn default_concurrency() -> usize {
+    32
+}
+fn default_lease() -> String {
+    "30s".into()
+}
+fn default_poll_interval() -> String {
+    "1s".into()
+}
+fn default_shutdown_grace() -> String {
+    "10s".into()
+}
+fn default_reconcile_interval() -> String {
+    "30s".into()
+}
+fn default_reconcile_lookback() -> String {
+    "24h".into()
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
@@ -145,6 +202,13 @@ pub struct DestinationSettings {
     pub retry_schedule: Vec<String>,
     #[serde(default = "default_delivery_timeout")]
     pub timeout: String,
+    /// Deliveries to this destination one process runs at once.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+}
+
+fn default_max_in_flight() -> usize {
+    8
 }
 
 pub fn default_retry_schedule() -> Vec<String> {

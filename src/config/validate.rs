@@ -11,6 +11,7 @@ use super::secret::resolve_secret;
 use super::settings::Settings;
 use super::ConfigError;
 use crate::domain::Name;
+use crate::queue::RetryPolicy;
 use crate::verify::{ProviderRegistry, SourceOverrides, SourceVerifier};
 
 #[derive(Debug, Clone)]
@@ -27,6 +28,16 @@ pub struct DatabaseConfig {
     pub max_connections: u32,
     pub acquire_timeout: Duration,
     pub busy_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub poll_interval: Duration,
+    pub shutdown_grace: Duration,
+    pub reconcile_interval: Duration,
+    pub reconcile_lookback: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +60,9 @@ pub struct Destination {
     pub url: url::Url,
     /// The decoded `whsec_` key that signs forwarded deliveries.
     pub signing_key: SecretSlice<u8>,
-    pub retry_schedule: Vec<Duration>,
+    pub retry_policy: RetryPolicy,
     pub timeout: Duration,
+    pub max_in_flight: usize,
 }
 
 impl std::fmt::Debug for Destination {
@@ -58,7 +70,7 @@ impl std::fmt::Debug for Destination {
         f.debug_struct("Destination")
             .field("name", &self.name)
             .field("url", &self.url.as_str())
-            .field("retry_schedule", &self.retry_schedule)
+            .field("retry_policy", &self.retry_policy)
             .finish_non_exhaustive()
     }
 }
@@ -68,6 +80,7 @@ pub struct GatewayConfig {
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub log_format: LogFormat,
+    pub worker: WorkerConfig,
     pub sources: BTreeMap<String, Arc<Source>>,
     pub destinations: BTreeMap<String, Arc<Destination>>,
 }
@@ -131,6 +144,22 @@ impl GatewayConfig {
             }
         };
 
+        let w = &settings.worker;
+        if w.concurrency == 0 {
+            return Err(invalid("worker.concurrency", "must be positive"));
+        }
+        let worker = WorkerConfig {
+            concurrency: w.concurrency,
+            lease: duration("worker.lease", &w.lease)?,
+            poll_interval: duration("worker.poll_interval", &w.poll_interval)?,
+            shutdown_grace: duration("worker.shutdown_grace", &w.shutdown_grace)?,
+            reconcile_interval: duration("worker.reconcile_interval", &w.reconcile_interval)?,
+            reconcile_lookback: duration("worker.reconcile_lookback", &w.reconcile_lookback)?,
+        };
+        if worker.lease < Duration::from_secs(1) {
+            return Err(invalid("worker.lease", "must be at least 1s"));
+        }
+
         let mut destinations = BTreeMap::new();
         for (i, dest) in settings.destinations.iter().enumerate() {
             let key = |k: &str| format!("destinations[{i}].{k}");
@@ -163,6 +192,12 @@ impl GatewayConfig {
                 .map(|(j, v)| duration(&format!("destinations[{i}].retry_schedule[{j}]"), v))
                 .collect::<Result<Vec<_>, _>>()?;
             let timeout = duration(&key("timeout"), &dest.timeout)?;
+            if timeout.is_zero() {
+                return Err(invalid(key("timeout"), "must be positive"));
+            }
+            if dest.max_in_flight == 0 {
+                return Err(invalid(key("max_in_flight"), "must be positive"));
+            }
             if destinations.contains_key(name.as_str()) {
                 return Err(invalid(key("name"), format!("{name} is defined twice")));
             }
@@ -172,8 +207,9 @@ impl GatewayConfig {
                     name,
                     url,
                     signing_key: signing_key.into(),
-                    retry_schedule,
+                    retry_policy: RetryPolicy::new(retry_schedule),
                     timeout,
+                    max_in_flight: dest.max_in_flight,
                 }),
             );
         }
@@ -253,6 +289,7 @@ impl GatewayConfig {
             server,
             database,
             log_format,
+            worker,
             sources,
             destinations,
         })

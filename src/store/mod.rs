@@ -2,14 +2,35 @@
 
 mod postgres;
 mod sqlite;
+mod types;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+use uuid::Uuid;
 
 use crate::config::DatabaseConfig;
-use crate::domain::{EventId, JobId, Name, ProviderEventId};
+use crate::domain::{EventId, JobId};
+use crate::queue::JobStatus;
+
+/// Runs the same call on whichever backend is in use.
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $body:expr) => {
+        match $self {
+            Store::Postgres($s) => $body,
+            Store::Sqlite($s) => $body,
+        }
+    };
+}
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+pub use types::{
+    AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome, JobUpdate, NewEvent,
+    StoredAttempt, StoredEvent, StoredJob,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -50,57 +71,6 @@ fn is_transient(code: Option<&str>) -> bool {
         || code.starts_with("40")
 }
 
-/// A verified event ready to be written, with the jobs it fans out to.
-#[derive(Debug)]
-pub struct NewEvent<'a> {
-    pub id: EventId,
-    pub tenant: &'a Name,
-    pub source: &'a Name,
-    pub provider_event_id: &'a ProviderEventId,
-    pub event_type: Option<&'a str>,
-    pub received_at: DateTime<Utc>,
-    pub content_type: Option<&'a str>,
-    /// JSON array of `[name, value]` pairs, in arrival order.
-    pub headers_json: String,
-    pub body: &'a [u8],
-    pub verified_scheme: &'a str,
-    pub verified_secret_index: i32,
-    pub destinations: &'a [Name],
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InsertOutcome {
-    Created(EventId),
-    /// The (source, provider event id) pair was already stored, under this id.
-    Duplicate(EventId),
-}
-
-#[derive(Debug, Clone)]
-pub struct StoredEvent {
-    pub id: EventId,
-    pub tenant: String,
-    pub source: String,
-    pub provider_event_id: String,
-    pub event_type: Option<String>,
-    pub received_at: DateTime<Utc>,
-    pub content_type: Option<String>,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    pub verified_scheme: String,
-    pub verified_secret_index: i32,
-}
-
-#[derive(Debug, Clone)]
-pub struct StoredJob {
-    pub id: JobId,
-    pub event_id: EventId,
-    pub destination: String,
-    pub status: String,
-    pub attempts: i32,
-    pub next_attempt_at: DateTime<Utc>,
-    pub last_error: Option<String>,
-}
-
 /// The store, chosen by the database URL's scheme.
 #[derive(Debug, Clone)]
 pub enum Store {
@@ -126,34 +96,22 @@ impl Store {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        match self {
-            Self::Postgres(s) => s.migrate().await,
-            Self::Sqlite(s) => s.migrate().await,
-        }
+        dispatch!(self, s => s.migrate().await)
     }
 
     /// Succeeds only while the store could take a write.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Self::Postgres(s) => s.ping().await,
-            Self::Sqlite(s) => s.ping().await,
-        }
+        dispatch!(self, s => s.ping().await)
     }
 
     /// Inserts the event and, only if it is new, one pending job per destination, in one
     /// transaction. A concurrent insert of the same (source, provider id) ends as `Duplicate`.
     pub async fn insert_event(&self, event: &NewEvent<'_>) -> Result<InsertOutcome, StoreError> {
-        match self {
-            Self::Postgres(s) => s.insert_event(event).await,
-            Self::Sqlite(s) => s.insert_event(event).await,
-        }
+        dispatch!(self, s => s.insert_event(event).await)
     }
 
     pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.get_event(id).await,
-            Self::Sqlite(s) => s.get_event(id).await,
-        }
+        dispatch!(self, s => s.get_event(id).await)
     }
 
     pub async fn find_event(
@@ -161,30 +119,140 @@ impl Store {
         source: &str,
         provider_event_id: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.find_event(source, provider_event_id).await,
-            Self::Sqlite(s) => s.find_event(source, provider_event_id).await,
-        }
+        dispatch!(self, s => s.find_event(source, provider_event_id).await)
     }
 
     pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.jobs_for_event(id).await,
-            Self::Sqlite(s) => s.jobs_for_event(id).await,
-        }
+        dispatch!(self, s => s.jobs_for_event(id).await)
+    }
+
+    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
+        dispatch!(self, s => s.get_job(id).await)
+    }
+
+    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
+        dispatch!(self, s => s.attempts_for_job(id).await)
     }
 
     pub async fn count_events(&self) -> Result<i64, StoreError> {
+        dispatch!(self, s => s.count_events().await)
+    }
+
+    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
+        dispatch!(self, s => s.count_jobs(status).await)
+    }
+
+    /// Claims up to `limit` due jobs of one destination: each becomes `in_progress` until
+    /// `lease_until` under a fresh claim token, and its attempt count goes up by one. Commits
+    /// before returning, so no lock is held while the caller delivers.
+    pub async fn claim_jobs(
+        &self,
+        destination: &str,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        dispatch!(self, s => s.claim_jobs(destination, limit, now, lease_until).await)
+    }
+
+    /// Records the attempt and, only if `claim_token` still holds the job, applies `update`.
+    /// Returns whether the update applied: `false` means the lease was lost and a newer
+    /// claim owns the job; the attempt is then recorded as `lease_lost`.
+    pub async fn finish_job(
+        &self,
+        job: JobId,
+        claim_token: Uuid,
+        update: JobUpdate,
+        record: &AttemptRecord,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.finish_job(job, claim_token, update, record, now).await)
+    }
+
+    /// Extends a lease while its claim holds.
+    pub async fn renew_lease(
+        &self,
+        job: JobId,
+        claim_token: Uuid,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.renew_lease(job, claim_token, until).await)
+    }
+
+    pub async fn expired_leases(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<ExpiredLease>, StoreError> {
+        dispatch!(self, s => s.expired_leases(now, limit).await)
+    }
+
+    /// Creates the job for `destination` of every event of `source` received since `since`
+    /// that has none (at most `limit`). Returns how many it created.
+    pub async fn create_missing_jobs(
+        &self,
+        source: &str,
+        destination: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.create_missing_jobs(source, destination, since, now, limit).await)
+    }
+
+    /// Something to wait on for new jobs: PostgreSQL LISTEN/NOTIFY, or an in-process signal.
+    pub async fn job_waker(&self) -> Result<JobWaker, StoreError> {
         match self {
-            Self::Postgres(s) => s.count_events().await,
-            Self::Sqlite(s) => s.count_events().await,
+            Self::Postgres(s) => Ok(JobWaker::Postgres(Box::new(s.listen_for_jobs().await?))),
+            Self::Sqlite(s) => Ok(JobWaker::Local(s.job_signal())),
+        }
+    }
+
+    /// The right to run the reconciler's sweep. On PostgreSQL an advisory lock makes it one
+    /// process at a time; SQLite's single writer already serialises sweeps.
+    pub async fn try_reconcile_lock(&self) -> Result<Option<ReconcileLock>, StoreError> {
+        match self {
+            Self::Postgres(s) => Ok(s.try_reconcile_lock().await?.map(ReconcileLock::Postgres)),
+            Self::Sqlite(_) => Ok(Some(ReconcileLock::Unneeded)),
         }
     }
 
     pub async fn close(&self) {
+        dispatch!(self, s => s.close().await)
+    }
+}
+
+pub enum JobWaker {
+    Postgres(Box<sqlx::postgres::PgListener>),
+    Local(Arc<Notify>),
+}
+
+impl JobWaker {
+    /// Returns when new jobs may be due, or after `timeout`, whichever comes first.
+    pub async fn wait(&mut self, timeout: Duration) {
         match self {
-            Self::Postgres(s) => s.close().await,
-            Self::Sqlite(s) => s.close().await,
+            Self::Postgres(listener) => {
+                // An error (connection lost) degrades to polling; sqlx reconnects on next recv.
+                let _ = tokio::time::timeout(timeout, listener.recv()).await;
+            }
+            Self::Local(notify) => {
+                let _ = tokio::time::timeout(timeout, notify.notified()).await;
+            }
+        }
+    }
+}
+
+pub enum ReconcileLock {
+    /// Held by a dedicated connection; released when it is dropped and closes.
+    Postgres(sqlx::PgConnection),
+    Unneeded,
+}
+
+impl ReconcileLock {
+    pub async fn release(self) {
+        if let Self::Postgres(conn) = self {
+            use sqlx::Connection as _;
+            let _ = conn.close().await;
         }
     }
 }

@@ -3,13 +3,22 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::PgConnection;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{headers_from_json, InsertOutcome, NewEvent, StoreError, StoredEvent, StoredJob};
+use super::{
+    headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
+    JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
+};
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
+use crate::queue::JobStatus;
+
+const JOBS_CHANNEL: &str = "hookgate_jobs";
+/// Arbitrary, fixed: the advisory lock key that elects one reconciler at a time.
+const RECONCILE_LOCK_KEY: i64 = 0x686f_6f6b_6761_7465;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -17,6 +26,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 pub struct PgStore {
     pool: PgPool,
 }
+
+const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
+    locked_until, last_error, created_at, updated_at";
 
 const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
     content_type, headers::text AS headers, body, verified_scheme, verified_secret_index";
@@ -93,6 +105,11 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         }
+        // Delivered to listening workers when (and only if) the transaction commits.
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(JOBS_CHANNEL)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(InsertOutcome::Created(EventId::from_uuid(id)))
     }
@@ -123,26 +140,243 @@ impl PgStore {
     }
 
     pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE event_id = $1 ORDER BY destination, id");
+        let rows = sqlx::query(&sql)
+            .bind(id.as_uuid())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, event_id, destination, status, attempts, next_attempt_at, last_error \
-             FROM jobs WHERE event_id = $1 ORDER BY destination",
+            "SELECT job_id, attempt, worker_id, started_at, duration_ms, status_code, error, \
+             outcome FROM delivery_attempts WHERE job_id = $1 ORDER BY started_at, attempt",
         )
         .bind(id.as_uuid())
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|r| {
-                Ok(StoredJob {
-                    id: JobId::from_uuid(r.try_get("id")?),
-                    event_id: EventId::from_uuid(r.try_get("event_id")?),
-                    destination: r.try_get("destination")?,
-                    status: r.try_get("status")?,
-                    attempts: r.try_get("attempts")?,
-                    next_attempt_at: r.try_get("next_attempt_at")?,
-                    last_error: r.try_get("last_error")?,
+                Ok(StoredAttempt {
+                    job_id: JobId::from_uuid(r.try_get("job_id")?),
+                    attempt: r.try_get("attempt")?,
+                    worker_id: r.try_get("worker_id")?,
+                    started_at: r.try_get("started_at")?,
+                    duration_ms: r.try_get("duration_ms")?,
+                    status_code: r.try_get("status_code")?,
+                    error: r.try_get("error")?,
+                    outcome: r.try_get("outcome")?,
                 })
             })
             .collect()
+    }
+
+    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = $1")
+                .bind(status.as_str())
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn claim_jobs(
+        &self,
+        destination: &str,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        // SKIP LOCKED lets concurrent workers claim disjoint batches without waiting; the
+        // statement commits on its own, so nothing stays locked during delivery.
+        let rows = sqlx::query(
+            "WITH due AS ( \
+                SELECT id FROM jobs \
+                WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2 \
+                ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED \
+             ), claimed AS ( \
+                UPDATE jobs j SET status = 'in_progress', attempts = j.attempts + 1, \
+                    locked_until = $4, claim_token = $5, updated_at = $2 \
+                FROM due WHERE j.id = due.id \
+                RETURNING j.id, j.claim_token, j.attempts, j.destination, j.event_id \
+             ) \
+             SELECT c.id, c.claim_token, c.attempts, c.destination, c.event_id, e.source, \
+                e.event_type, e.provider_event_id, e.content_type, e.body \
+             FROM claimed c JOIN events e ON e.id = c.event_id",
+        )
+        .bind(destination)
+        .bind(now)
+        .bind(limit)
+        .bind(lease_until)
+        .bind(Uuid::now_v7())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ClaimedJob {
+                    job_id: JobId::from_uuid(r.try_get("id")?),
+                    claim_token: r.try_get("claim_token")?,
+                    attempt: r.try_get("attempts")?,
+                    destination: r.try_get("destination")?,
+                    event_id: EventId::from_uuid(r.try_get("event_id")?),
+                    source: r.try_get("source")?,
+                    event_type: r.try_get("event_type")?,
+                    provider_event_id: r.try_get("provider_event_id")?,
+                    content_type: r.try_get("content_type")?,
+                    body: r.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn finish_job(
+        &self,
+        job: JobId,
+        claim_token: Uuid,
+        update: JobUpdate,
+        record: &AttemptRecord,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let (status, next_attempt_at) = match update {
+            JobUpdate::Succeeded => ("succeeded", None),
+            JobUpdate::Retry { next_attempt_at } => ("pending", Some(next_attempt_at)),
+            JobUpdate::Failed => ("failed", None),
+        };
+        let mut tx = self.pool.begin().await?;
+        let applied = sqlx::query(
+            "UPDATE jobs SET status = $1, next_attempt_at = COALESCE($2, next_attempt_at), \
+             last_error = $3, locked_until = NULL, claim_token = NULL, updated_at = $4 \
+             WHERE id = $5 AND claim_token = $6 AND status = 'in_progress'",
+        )
+        .bind(status)
+        .bind(next_attempt_at)
+        .bind(record.error.as_deref())
+        .bind(now)
+        .bind(job.as_uuid())
+        .bind(claim_token)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        let outcome = if applied {
+            record.outcome
+        } else {
+            AttemptOutcome::LeaseLost
+        };
+        sqlx::query(
+            "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
+             duration_ms, status_code, error, outcome) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(job.as_uuid())
+        .bind(record.attempt)
+        .bind(&record.worker_id)
+        .bind(record.started_at)
+        .bind(record.duration_ms)
+        .bind(record.status_code)
+        .bind(record.error.as_deref())
+        .bind(outcome.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    pub async fn renew_lease(
+        &self,
+        job: JobId,
+        claim_token: Uuid,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET locked_until = $1 \
+             WHERE id = $2 AND claim_token = $3 AND status = 'in_progress'",
+        )
+        .bind(until)
+        .bind(job.as_uuid())
+        .bind(claim_token)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn expired_leases(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<ExpiredLease>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, claim_token, attempts, destination FROM jobs \
+             WHERE status = 'in_progress' AND locked_until < $1 ORDER BY locked_until LIMIT $2",
+        )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ExpiredLease {
+                    job_id: JobId::from_uuid(r.try_get("id")?),
+                    claim_token: r.try_get("claim_token")?,
+                    attempts: r.try_get("attempts")?,
+                    destination: r.try_get("destination")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn create_missing_jobs(
+        &self,
+        source: &str,
+        destination: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+                created_at, updated_at) \
+             SELECT gen_random_uuid(), e.id, $2, 'pending', 0, $4, $4, $4 FROM events e \
+             WHERE e.source = $1 AND e.received_at >= $3 AND NOT EXISTS ( \
+                SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $2) \
+             LIMIT $5",
+        )
+        .bind(source)
+        .bind(destination)
+        .bind(since)
+        .bind(now)
+        .bind(limit)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    pub async fn listen_for_jobs(&self) -> Result<PgListener, StoreError> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(JOBS_CHANNEL).await?;
+        Ok(listener)
+    }
+
+    /// A session advisory lock on a connection of its own, so that closing the connection
+    /// (or the process dying) releases it.
+    pub async fn try_reconcile_lock(&self) -> Result<Option<PgConnection>, StoreError> {
+        let mut conn = self.pool.acquire().await?.detach();
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(RECONCILE_LOCK_KEY)
+            .fetch_one(&mut conn)
+            .await?;
+        Ok(locked.then_some(conn))
     }
 
     pub async fn count_events(&self) -> Result<i64, StoreError> {
@@ -171,5 +405,22 @@ fn event_from_row(r: &PgRow) -> Result<StoredEvent, StoreError> {
         body: r.try_get("body")?,
         verified_scheme: r.try_get("verified_scheme")?,
         verified_secret_index: r.try_get("verified_secret_index")?,
+    })
+}
+
+fn job_from_row(r: &PgRow) -> Result<StoredJob, StoreError> {
+    let status: String = r.try_get("status")?;
+    Ok(StoredJob {
+        id: JobId::from_uuid(r.try_get("id")?),
+        event_id: EventId::from_uuid(r.try_get("event_id")?),
+        destination: r.try_get("destination")?,
+        status: JobStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("job status {status:?}")))?,
+        attempts: r.try_get("attempts")?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+        locked_until: r.try_get("locked_until")?,
+        last_error: r.try_get("last_error")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
     })
 }

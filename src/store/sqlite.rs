@@ -2,24 +2,36 @@
 //! survives a process crash and a power loss; writers queue on the write lock (busy timeout).
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::Row;
+use sqlx::{Row, Sqlite, Transaction};
+use tokio::sync::Notify;
+use uuid::Uuid;
 
-use super::{headers_from_json, InsertOutcome, NewEvent, StoreError, StoredEvent, StoredJob};
+use super::{
+    headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
+    JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
+};
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
+use crate::queue::JobStatus;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Wakes this process's workers when it queues jobs (SQLite has no LISTEN/NOTIFY).
+    job_signal: Arc<Notify>,
 }
+
+const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
+    locked_until, last_error, created_at, updated_at";
 
 const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
     content_type, headers, body, verified_scheme, verified_secret_index";
@@ -34,8 +46,8 @@ fn from_millis(ms: i64) -> Result<DateTime<Utc>, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("timestamp {ms} out of range")))
 }
 
-fn parse_uuid(s: &str) -> Result<uuid::Uuid, StoreError> {
-    uuid::Uuid::parse_str(s).map_err(|_| StoreError::Corrupt(format!("bad uuid {s:?}")))
+fn parse_uuid(s: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(s).map_err(|_| StoreError::Corrupt(format!("bad uuid {s:?}")))
 }
 
 impl SqliteStore {
@@ -51,7 +63,10 @@ impl SqliteStore {
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
             .connect_lazy_with(options);
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            job_signal: Arc::new(Notify::new()),
+        })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -110,20 +125,10 @@ impl SqliteStore {
 
         let now = millis(e.received_at);
         for destination in e.destinations {
-            sqlx::query(
-                "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-                 created_at, updated_at) VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)",
-            )
-            .bind(JobId::generate().to_string())
-            .bind(&id)
-            .bind(destination.as_str())
-            .bind(now)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            insert_job(&mut tx, &id, destination.as_str(), now).await?;
         }
         tx.commit().await?;
+        self.job_signal.notify_one();
         Ok(InsertOutcome::Created(e.id))
     }
 
@@ -153,28 +158,244 @@ impl SqliteStore {
     }
 
     pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE event_id = ? ORDER BY destination, id");
+        let rows = sqlx::query(&sql)
+            .bind(id.to_string())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
+        let row = sqlx::query(&sql)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, event_id, destination, status, attempts, next_attempt_at, last_error \
-             FROM jobs WHERE event_id = ? ORDER BY destination",
+            "SELECT job_id, attempt, worker_id, started_at, duration_ms, status_code, error, \
+             outcome FROM delivery_attempts WHERE job_id = ? ORDER BY started_at, attempt",
         )
         .bind(id.to_string())
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|r| {
-                let id: String = r.try_get("id")?;
-                let event_id: String = r.try_get("event_id")?;
-                Ok(StoredJob {
-                    id: JobId::from_uuid(parse_uuid(&id)?),
-                    event_id: EventId::from_uuid(parse_uuid(&event_id)?),
-                    destination: r.try_get("destination")?,
-                    status: r.try_get("status")?,
-                    attempts: r.try_get("attempts")?,
-                    next_attempt_at: from_millis(r.try_get("next_attempt_at")?)?,
-                    last_error: r.try_get("last_error")?,
+                let job_id: String = r.try_get("job_id")?;
+                Ok(StoredAttempt {
+                    job_id: JobId::from_uuid(parse_uuid(&job_id)?),
+                    attempt: r.try_get("attempt")?,
+                    worker_id: r.try_get("worker_id")?,
+                    started_at: from_millis(r.try_get("started_at")?)?,
+                    duration_ms: r.try_get("duration_ms")?,
+                    status_code: r.try_get("status_code")?,
+                    error: r.try_get("error")?,
+                    outcome: r.try_get("outcome")?,
                 })
             })
             .collect()
+    }
+
+    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = ?")
+                .bind(status.as_str())
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn claim_jobs(
+        &self,
+        destination: &str,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        let token = Uuid::now_v7();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // One statement picks and claims: with the write lock held, no other claimer can
+        // see these rows as pending in between.
+        let claimed = sqlx::query(
+            "UPDATE jobs SET status = 'in_progress', attempts = attempts + 1, \
+                locked_until = ?1, claim_token = ?2, updated_at = ?3 \
+             WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND destination = ?4 \
+                AND next_attempt_at <= ?3 ORDER BY next_attempt_at LIMIT ?5) \
+             RETURNING id",
+        )
+        .bind(millis(lease_until))
+        .bind(token.to_string())
+        .bind(millis(now))
+        .bind(destination)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut jobs = Vec::with_capacity(claimed.len());
+        for row in &claimed {
+            let id: String = row.try_get("id")?;
+            let r = sqlx::query(
+                "SELECT j.id, j.attempts, j.destination, j.event_id, e.source, e.event_type, \
+                    e.provider_event_id, e.content_type, e.body \
+                 FROM jobs j JOIN events e ON e.id = j.event_id WHERE j.id = ?",
+            )
+            .bind(&id)
+            .fetch_one(&mut *tx)
+            .await?;
+            let event_id: String = r.try_get("event_id")?;
+            jobs.push(ClaimedJob {
+                job_id: JobId::from_uuid(parse_uuid(&id)?),
+                claim_token: token,
+                attempt: r.try_get("attempts")?,
+                destination: r.try_get("destination")?,
+                event_id: EventId::from_uuid(parse_uuid(&event_id)?),
+                source: r.try_get("source")?,
+                event_type: r.try_get("event_type")?,
+                provider_event_id: r.try_get("provider_event_id")?,
+                content_type: r.try_get("content_type")?,
+                body: r.try_get("body")?,
+            });
+        }
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
+    pub async fn finish_job(
+        &self,
+        job: JobId,
+        claim_token: Uuid,
+        update: JobUpdate,
+        record: &AttemptRecord,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let (status, next_attempt_at) = match update {
+            JobUpdate::Succeeded => ("succeeded", None),
+            JobUpdate::Retry { next_attempt_at } => ("pending", Some(millis(next_attempt_at))),
+            JobUpdate::Failed => ("failed", None),
+        };
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let applied = sqlx::query(
+            "UPDATE jobs SET status = ?, next_attempt_at = COALESCE(?, next_attempt_at), \
+             last_error = ?, locked_until = NULL, claim_token = NULL, updated_at = ? \
+             WHERE id = ? AND claim_token = ? AND status = 'in_progress'",
+        )
+        .bind(status)
+        .bind(next_attempt_at)
+        .bind(record.error.as_deref())
+        .bind(millis(now))
+        .bind(job.to_string())
+        .bind(claim_token.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        let outcome = if applied {
+            record.outcome
+        } else {
+            AttemptOutcome::LeaseLost
+        };
+        sqlx::query(
+            "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
+             duration_ms, status_code, error, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(Uuid::now_v7().to_string())
+        .bind(job.to_string())
+        .bind(record.attempt)
+        .bind(&record.worker_id)
+        .bind(millis(record.started_at))
+        .bind(record.duration_ms)
+        .bind(record.status_code)
+        .bind(record.error.as_deref())
+        .bind(outcome.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        if next_attempt_at.is_some() && applied {
+            self.job_signal.notify_one();
+        }
+        Ok(applied)
+    }
+
+    pub async fn renew_lease(
+        &self,
+        job: JobId,
+        claim_token: Uuid,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET locked_until = ? \
+             WHERE id = ? AND claim_token = ? AND status = 'in_progress'",
+        )
+        .bind(millis(until))
+        .bind(job.to_string())
+        .bind(claim_token.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn expired_leases(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<ExpiredLease>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, claim_token, attempts, destination FROM jobs \
+             WHERE status = 'in_progress' AND locked_until < ? ORDER BY locked_until LIMIT ?",
+        )
+        .bind(millis(now))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("id")?;
+                let token: String = r.try_get("claim_token")?;
+                Ok(ExpiredLease {
+                    job_id: JobId::from_uuid(parse_uuid(&id)?),
+                    claim_token: parse_uuid(&token)?,
+                    attempts: r.try_get("attempts")?,
+                    destination: r.try_get("destination")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn create_missing_jobs(
+        &self,
+        source: &str,
+        destination: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        // Select and insert under the write lock, so two sweeping processes cannot both
+        // create the same missing job.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let missing: Vec<String> = sqlx::query_scalar(
+            "SELECT e.id FROM events e WHERE e.source = ? AND e.received_at >= ? \
+             AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = ?) \
+             LIMIT ?",
+        )
+        .bind(source)
+        .bind(millis(since))
+        .bind(destination)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        for event_id in &missing {
+            insert_job(&mut tx, event_id, destination, millis(now)).await?;
+        }
+        tx.commit().await?;
+        Ok(missing.len() as u64)
+    }
+
+    pub fn job_signal(&self) -> Arc<Notify> {
+        self.job_signal.clone()
     }
 
     pub async fn count_events(&self) -> Result<i64, StoreError> {
@@ -203,5 +424,46 @@ fn event_from_row(r: &SqliteRow) -> Result<StoredEvent, StoreError> {
         body: r.try_get("body")?,
         verified_scheme: r.try_get("verified_scheme")?,
         verified_secret_index: r.try_get("verified_secret_index")?,
+    })
+}
+
+async fn insert_job(
+    tx: &mut Transaction<'_, Sqlite>,
+    event_id: &str,
+    destination: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+         created_at, updated_at) VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)",
+    )
+    .bind(JobId::generate().to_string())
+    .bind(event_id)
+    .bind(destination)
+    .bind(now)
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn job_from_row(r: &SqliteRow) -> Result<StoredJob, StoreError> {
+    let id: String = r.try_get("id")?;
+    let event_id: String = r.try_get("event_id")?;
+    let status: String = r.try_get("status")?;
+    let locked_until: Option<i64> = r.try_get("locked_until")?;
+    Ok(StoredJob {
+        id: JobId::from_uuid(parse_uuid(&id)?),
+        event_id: EventId::from_uuid(parse_uuid(&event_id)?),
+        destination: r.try_get("destination")?,
+        status: JobStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("job status {status:?}")))?,
+        attempts: r.try_get("attempts")?,
+        next_attempt_at: from_millis(r.try_get("next_attempt_at")?)?,
+        locked_until: locked_until.map(from_millis).transpose()?,
+        last_error: r.try_get("last_error")?,
+        created_at: from_millis(r.try_get("created_at")?)?,
+        updated_at: from_millis(r.try_get("updated_at")?)?,
     })
 }

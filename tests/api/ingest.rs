@@ -72,7 +72,7 @@ async fn new_event_is_stored_exactly_and_queued_per_destination(backend: Backend
     assert_eq!(destinations, ["audit", "billing"]);
     assert!(jobs
         .iter()
-        .all(|j| j.status == "pending" && j.attempts == 0));
+        .all(|j| j.status == hookgate::queue::JobStatus::Pending && j.attempts == 0));
 }
 
 async fn repeated_event_is_a_duplicate_with_the_same_id(backend: Backend) {

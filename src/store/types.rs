@@ -1,0 +1,145 @@
+//! The values that cross the store boundary.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::domain::{EventId, JobId, Name, ProviderEventId};
+use crate::queue::JobStatus;
+
+/// A verified event ready to be written, with the jobs it fans out to.
+#[derive(Debug)]
+pub struct NewEvent<'a> {
+    pub id: EventId,
+    pub tenant: &'a Name,
+    pub source: &'a Name,
+    pub provider_event_id: &'a ProviderEventId,
+    pub event_type: Option<&'a str>,
+    pub received_at: DateTime<Utc>,
+    pub content_type: Option<&'a str>,
+    /// JSON array of `[name, value]` pairs, in arrival order.
+    pub headers_json: String,
+    pub body: &'a [u8],
+    pub verified_scheme: &'a str,
+    pub verified_secret_index: i32,
+    pub destinations: &'a [Name],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertOutcome {
+    Created(EventId),
+    /// The (source, provider event id) pair was already stored, under this id.
+    Duplicate(EventId),
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub id: EventId,
+    pub tenant: String,
+    pub source: String,
+    pub provider_event_id: String,
+    pub event_type: Option<String>,
+    pub received_at: DateTime<Utc>,
+    pub content_type: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub verified_scheme: String,
+    pub verified_secret_index: i32,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredJob {
+    pub id: JobId,
+    pub event_id: EventId,
+    pub destination: String,
+    pub status: JobStatus,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A job a worker has claimed, with what it needs to deliver it. `claim_token` fences every
+/// later write: it must still match for the worker's outcome to count.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub job_id: JobId,
+    pub claim_token: Uuid,
+    /// This attempt's number, starting at 1.
+    pub attempt: i32,
+    pub destination: String,
+    pub event_id: EventId,
+    pub source: String,
+    pub event_type: Option<String>,
+    pub provider_event_id: String,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// The job's next state after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobUpdate {
+    Succeeded,
+    Retry { next_attempt_at: DateTime<Utc> },
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Succeeded,
+    Retry,
+    Failed,
+    /// The worker's lease ran out before it reported; the reconciler recorded this.
+    LeaseExpired,
+    /// The worker reported after losing its claim: recorded, but the job was not changed.
+    LeaseLost,
+    /// The worker shut down before the attempt finished and handed the job back.
+    Released,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Retry => "retry",
+            Self::Failed => "failed",
+            Self::LeaseExpired => "lease_expired",
+            Self::LeaseLost => "lease_lost",
+            Self::Released => "released",
+        }
+    }
+}
+
+/// One attempt, for the `delivery_attempts` history.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub attempt: i32,
+    pub worker_id: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i64,
+    pub status_code: Option<i32>,
+    pub error: Option<String>,
+    pub outcome: AttemptOutcome,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredAttempt {
+    pub job_id: JobId,
+    pub attempt: i32,
+    pub worker_id: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i64,
+    pub status_code: Option<i32>,
+    pub error: Option<String>,
+    pub outcome: String,
+}
+
+/// An `in_progress` job whose lease ran out.
+#[derive(Debug, Clone)]
+pub struct ExpiredLease {
+    pub job_id: JobId,
+    pub claim_token: Uuid,
+    pub attempts: i32,
+    pub destination: String,
+}

@@ -1,0 +1,161 @@
+//! One job's delivery, from claim to recorded outcome.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use super::crash::{CrashPoint, CrashPoints};
+use crate::config::GatewayConfig;
+use crate::delivery::{Deliverer, Delivery};
+use crate::queue::{NextStep, Verdict};
+use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, JobUpdate, Store};
+
+pub(super) struct Context {
+    pub worker_id: String,
+    pub store: Store,
+    pub config: Arc<GatewayConfig>,
+    pub deliverer: Deliverer,
+    pub crash: CrashPoints,
+}
+
+impl Context {
+    /// Delivers and records the outcome. Returns false when the job was abandoned (a crash
+    /// point, or the outcome could not be written): its lease will expire and the reconciler
+    /// returns it to the queue.
+    pub async fn deliver(&self, job: ClaimedJob) -> bool {
+        if self.crash.hit(CrashPoint::AfterClaim) {
+            return false;
+        }
+        let Some(destination) = self.config.destinations.get(&job.destination).cloned() else {
+            let error = Some("destination is no longer configured".to_owned());
+            let record = self.record(&job, Utc::now(), 0, None, error, AttemptOutcome::Failed);
+            return self.finish(&job, JobUpdate::Failed, record).await;
+        };
+
+        let heartbeat = self.spawn_lease_renewal(&job);
+        let event_id = job.event_id.to_string();
+        let report = self
+            .deliverer
+            .deliver(
+                &destination,
+                &Delivery {
+                    event_id: &event_id,
+                    source: &job.source,
+                    event_type: job.event_type.as_deref(),
+                    provider_event_id: &job.provider_event_id,
+                    content_type: job.content_type.as_deref(),
+                    body: &job.body,
+                    attempt: job.attempt,
+                },
+            )
+            .await;
+        heartbeat.abort();
+        if self.crash.hit(CrashPoint::AfterSend) {
+            return false;
+        }
+
+        let step =
+            destination
+                .retry_policy
+                .next_step(job.attempt, &report.verdict, fastrand::f64());
+        let now = Utc::now();
+        let (update, outcome) = match step {
+            NextStep::Succeed => (JobUpdate::Succeeded, AttemptOutcome::Succeeded),
+            NextStep::Fail => (JobUpdate::Failed, AttemptOutcome::Failed),
+            NextStep::RetryAfter(delay) => (
+                JobUpdate::Retry {
+                    next_attempt_at: now
+                        + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::days(1)),
+                },
+                AttemptOutcome::Retry,
+            ),
+        };
+        let error = match (&report.verdict, report.error) {
+            (Verdict::Delivered, _) => None,
+            (_, Some(e)) => Some(e),
+            (_, None) => Some("delivery failed".to_owned()),
+        };
+        tracing::info!(
+            event_id = %job.event_id,
+            source = %job.source,
+            destination = %job.destination,
+            attempt = job.attempt,
+            status = report.status_code,
+            outcome = outcome.as_str(),
+            "delivery attempt"
+        );
+        if self.crash.hit(CrashPoint::BeforeOutcome) {
+            return false;
+        }
+        let record = self.record(
+            &job,
+            report.started_at,
+            i64::try_from(report.duration.as_millis()).unwrap_or(i64::MAX),
+            report.status_code.map(i32::from),
+            error,
+            outcome,
+        );
+        self.finish(&job, update, record).await
+    }
+
+    fn record(
+        &self,
+        job: &ClaimedJob,
+        started_at: chrono::DateTime<Utc>,
+        duration_ms: i64,
+        status_code: Option<i32>,
+        error: Option<String>,
+        outcome: AttemptOutcome,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            attempt: job.attempt,
+            worker_id: self.worker_id.clone(),
+            started_at,
+            duration_ms,
+            status_code,
+            error,
+            outcome,
+        }
+    }
+
+    async fn finish(&self, job: &ClaimedJob, update: JobUpdate, record: AttemptRecord) -> bool {
+        match self
+            .store
+            .finish_job(job.job_id, job.claim_token, update, &record, Utc::now())
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::warn!(job_id = %job.job_id, "lease lost before the outcome was recorded; a newer claim owns the job");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %job.job_id, error = %e, "could not record the outcome; the lease will expire and the job be retried");
+                false
+            }
+        }
+    }
+
+    /// Renews the lease every third of its length while a delivery runs, so a slow but
+    /// live delivery is not taken for a crashed one.
+    fn spawn_lease_renewal(&self, job: &ClaimedJob) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        let lease = self.config.worker.lease;
+        let (job_id, token) = (job.job_id, job.claim_token);
+        tokio::spawn(async move {
+            let lease_chrono =
+                chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30));
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                match store
+                    .renew_lease(job_id, token, Utc::now() + lease_chrono)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => return, // claim lost: nothing left to renew
+                    Err(e) => tracing::warn!(%job_id, error = %e, "lease renewal failed"),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,240 @@
+//! Delivery workers: claim due jobs with a lease, deliver them, record the outcome under the
+//! claim token. Safe to run in many processes against one database.
+
+mod crash;
+mod deliver;
+mod reconcile;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use crate::config::GatewayConfig;
+use crate::delivery::Deliverer;
+use crate::domain::JobId;
+use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, JobUpdate, Store, StoreError};
+
+pub use crash::{CrashPoint, CrashPoints};
+pub use reconcile::{ReconcileReport, Reconciler};
+
+/// One process's delivery workers.
+pub struct Worker {
+    id: String,
+    store: Store,
+    config: Arc<GatewayConfig>,
+    deliverer: Deliverer,
+    /// Caps deliveries in flight in this process.
+    global: Arc<Semaphore>,
+    /// Caps each destination, so one slow receiver cannot take every slot.
+    per_destination: BTreeMap<String, Arc<Semaphore>>,
+    /// Jobs claimed and not yet finished, to hand back on shutdown.
+    in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
+    finished: Arc<Notify>,
+    crash: CrashPoints,
+}
+
+impl Worker {
+    pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
+        let per_destination = config
+            .destinations
+            .iter()
+            .map(|(name, d)| (name.clone(), Arc::new(Semaphore::new(d.max_in_flight))))
+            .collect();
+        Self {
+            id: format!(
+                "{}-{}-{}",
+                hostname(),
+                std::process::id(),
+                &Uuid::now_v7().simple().to_string()[24..]
+            ),
+            store,
+            global: Arc::new(Semaphore::new(config.worker.concurrency)),
+            config,
+            deliverer: Deliverer::new(),
+            per_destination,
+            in_flight: Arc::default(),
+            finished: Arc::default(),
+            crash: CrashPoints::default(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn crash_points(&self) -> &CrashPoints {
+        &self.crash
+    }
+
+    /// Claims every due job there is capacity for, delivers them, and waits until each has
+    /// finished. Returns how many jobs it claimed. Tests drive delivery with this.
+    pub async fn run_once(&self) -> Result<usize, StoreError> {
+        self.run_once_at(Utc::now()).await
+    }
+
+    /// As `run_once`, taking `now` as the time jobs are due by (tests move the clock).
+    pub async fn run_once_at(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let mut tasks = JoinSet::new();
+        let claimed = self.claim_and_spawn(now, &mut tasks).await?;
+        while tasks.join_next().await.is_some() {}
+        Ok(claimed)
+    }
+
+    /// Runs until `shutdown` turns true: then stops claiming, lets in-flight deliveries
+    /// finish within the grace period, and hands the rest back to the queue.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut waker = loop {
+            match self.store.job_waker().await {
+                Ok(w) => break w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for new jobs; retrying");
+                    if wait_or_shutdown(&mut shutdown, self.config.worker.poll_interval).await {
+                        return;
+                    }
+                }
+            }
+        };
+        let mut tasks = JoinSet::new();
+        while !*shutdown.borrow() {
+            while tasks.try_join_next().is_some() {}
+            let claimed = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming jobs failed");
+                    0
+                }
+            };
+            if claimed == 0 {
+                tokio::select! {
+                    _ = waker.wait(self.config.worker.poll_interval) => {}
+                    _ = self.finished.notified() => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+        self.drain(tasks).await;
+    }
+
+    async fn drain(&self, mut tasks: JoinSet<()>) {
+        let grace = self.config.worker.shutdown_grace;
+        let all_done = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(grace, all_done).await.is_err() {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        let unfinished: Vec<_> = self
+            .in_flight
+            .lock()
+            .expect("in-flight map")
+            .drain()
+            .collect();
+        let now = Utc::now();
+        for (job, (token, attempt)) in unfinished {
+            let record = AttemptRecord {
+                attempt,
+                worker_id: self.id.clone(),
+                started_at: now,
+                duration_ms: 0,
+                status_code: None,
+                error: Some("worker shut down before the attempt finished".into()),
+                outcome: AttemptOutcome::Released,
+            };
+            let update = JobUpdate::Retry {
+                next_attempt_at: now,
+            };
+            if let Err(e) = self
+                .store
+                .finish_job(job, token, update, &record, now)
+                .await
+            {
+                tracing::warn!(job_id = %job, error = %e, "could not release job; its lease will expire");
+            }
+        }
+    }
+
+    async fn claim_and_spawn(
+        &self,
+        now: DateTime<Utc>,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<usize, StoreError> {
+        let lease = chrono::Duration::from_std(self.config.worker.lease)
+            .unwrap_or(chrono::Duration::seconds(30));
+        let mut claimed = 0;
+        for (name, slots) in &self.per_destination {
+            let room = slots
+                .available_permits()
+                .min(self.global.available_permits());
+            if room == 0 {
+                continue;
+            }
+            let jobs = self
+                .store
+                .claim_jobs(name, room as i64, now, now + lease)
+                .await?;
+            for job in jobs {
+                claimed += 1;
+                // This loop is the only acquirer, and it asked for no more than `room`.
+                let permits = (
+                    self.global.clone().try_acquire_owned(),
+                    slots.clone().try_acquire_owned(),
+                );
+                let (Ok(global), Ok(local)) = permits else {
+                    unreachable!("claimed no more jobs than free slots");
+                };
+                self.in_flight
+                    .lock()
+                    .expect("in-flight map")
+                    .insert(job.job_id, (job.claim_token, job.attempt));
+                tasks.spawn(self.delivery_task(job, [global, local]));
+            }
+        }
+        Ok(claimed)
+    }
+
+    fn delivery_task(
+        &self,
+        job: ClaimedJob,
+        permits: [OwnedSemaphorePermit; 2],
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let ctx = deliver::Context {
+            worker_id: self.id.clone(),
+            store: self.store.clone(),
+            config: self.config.clone(),
+            deliverer: self.deliverer.clone(),
+            crash: self.crash.clone(),
+        };
+        let in_flight = self.in_flight.clone();
+        let finished = self.finished.clone();
+        async move {
+            let job_id = job.job_id;
+            let completed = ctx.deliver(job).await;
+            if completed {
+                in_flight.lock().expect("in-flight map").remove(&job_id);
+            }
+            drop(permits);
+            finished.notify_one();
+        }
+    }
+}
+
+/// Sleeps for `d`; true when shutdown was asked meanwhile.
+async fn wait_or_shutdown(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *shutdown.borrow(),
+        _ = shutdown.changed() => true,
+    }
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into())
+}

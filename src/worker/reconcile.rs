@@ -1,0 +1,143 @@
+//! The reconciler: returns expired leases to the queue and creates jobs a source routes to
+//! but an event lacks. Safe to run in every process: every write is fenced by the claim
+//! token, and on PostgreSQL an advisory lock lets one process sweep at a time.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::crash::{CrashPoint, CrashPoints};
+use crate::config::GatewayConfig;
+use crate::store::{AttemptOutcome, AttemptRecord, JobUpdate, Store, StoreError};
+
+const BATCH: i64 = 500;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Another process holds the sweep lock; nothing was done.
+    pub skipped: bool,
+    pub expired_leases: u64,
+    pub missing_jobs: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Reconciler {
+    store: Store,
+    config: Arc<GatewayConfig>,
+    crash: CrashPoints,
+}
+
+impl Reconciler {
+    pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
+        Self {
+            store,
+            config,
+            crash: CrashPoints::default(),
+        }
+    }
+
+    pub fn crash_points(&self) -> &CrashPoints {
+        &self.crash
+    }
+
+    pub async fn sweep(&self) -> Result<ReconcileReport, StoreError> {
+        self.sweep_at(Utc::now()).await
+    }
+
+    pub async fn sweep_at(&self, now: DateTime<Utc>) -> Result<ReconcileReport, StoreError> {
+        let Some(lock) = self.store.try_reconcile_lock().await? else {
+            return Ok(ReconcileReport {
+                skipped: true,
+                ..Default::default()
+            });
+        };
+        let result = self.sweep_locked(now).await;
+        lock.release().await;
+        let report = result?;
+        if report.expired_leases > 0 || report.missing_jobs > 0 {
+            tracing::info!(
+                expired_leases = report.expired_leases,
+                missing_jobs = report.missing_jobs,
+                "reconciler repaired jobs"
+            );
+        }
+        Ok(report)
+    }
+
+    async fn sweep_locked(&self, now: DateTime<Utc>) -> Result<ReconcileReport, StoreError> {
+        let mut report = ReconcileReport::default();
+        loop {
+            let expired = self.store.expired_leases(now, BATCH).await?;
+            let full = expired.len() as i64 == BATCH;
+            for lease in expired {
+                let policy = self
+                    .config
+                    .destinations
+                    .get(&lease.destination)
+                    .map(|d| &d.retry_policy);
+                // The lost attempt counts: a job whose every attempt crashes its worker must
+                // still end as a dead letter instead of looping forever.
+                let (update, error) = match policy {
+                    Some(p) if lease.attempts < p.max_attempts() => (
+                        JobUpdate::Retry {
+                            next_attempt_at: now,
+                        },
+                        "lease expired: the worker stopped before reporting",
+                    ),
+                    Some(_) => (
+                        JobUpdate::Failed,
+                        "lease expired on the last attempt: retries exhausted",
+                    ),
+                    None => (JobUpdate::Failed, "destination is no longer configured"),
+                };
+                let record = AttemptRecord {
+                    attempt: lease.attempts,
+                    worker_id: "reconciler".into(),
+                    started_at: now,
+                    duration_ms: 0,
+                    status_code: None,
+                    error: Some(error.into()),
+                    outcome: AttemptOutcome::LeaseExpired,
+                };
+                if self
+                    .store
+                    .finish_job(lease.job_id, lease.claim_token, update, &record, now)
+                    .await?
+                {
+                    report.expired_leases += 1;
+                }
+                if self.crash.hit(CrashPoint::ReconcileAfterRepair) {
+                    return Ok(report);
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+
+        let since = now
+            - chrono::Duration::from_std(self.config.worker.reconcile_lookback)
+                .unwrap_or(chrono::Duration::days(1));
+        for source in self.config.sources.values() {
+            for destination in &source.destinations {
+                loop {
+                    let created = self
+                        .store
+                        .create_missing_jobs(
+                            source.name.as_str(),
+                            destination.as_str(),
+                            since,
+                            now,
+                            BATCH,
+                        )
+                        .await?;
+                    report.missing_jobs += created;
+                    if created < BATCH as u64 {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+}
