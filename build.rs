@@ -1,5 +1,11 @@
-// sqlx::migrate! embeds the migration files at compile time; rebuild when they change.
+// sqlx::migrate! and the provider registry embed files at compile time; rebuild when they
+// change (the provider fixtures are test data and do not count).
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
-    println!("cargo:rerun-if-changed=providers");
+    for entry in std::fs::read_dir("providers").expect("providers/ exists") {
+        let path = entry.expect("readable providers/ entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }

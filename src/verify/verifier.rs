@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::definition::{ChallengeKind, Location, ProviderDefinition, TimestampSource};
 use super::request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
 use super::signature::{macs_equal, parse_signature_header, SecretKey};
-use super::template::PayloadValues;
+use super::template::{PayloadValues, Segment};
 use crate::domain::ProviderEventId;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,10 +91,21 @@ impl Unverified {
                     .to_owned(),
             }),
         };
-        let id_header = def.event_id.iter().find_map(|l| match l {
-            Location::Header(h) => self.headers.get_all(h).next(),
-            Location::Json(_) => None,
-        });
+        // When the id is signed, the id stored as the dedupe key must be that very value:
+        // read it once, refusing a repeated header, and use it for both.
+        let signed_id = if spec.payload.uses(Segment::Id) {
+            match header_lookup(&def.event_id, &self.headers)? {
+                Some(id) => Some(id),
+                // Unauthenticated so far: say only that the signature cannot be checked.
+                None => {
+                    return Err(VerifyError::MalformedSignature(
+                        "the signed id header is missing",
+                    ))
+                }
+            }
+        } else {
+            None
+        };
         let headers = &self.headers;
         let header = move |name: &str| -> Option<&str> {
             headers
@@ -107,7 +118,7 @@ impl Unverified {
             .render(&PayloadValues {
                 body: &self.body,
                 timestamp: timestamp.as_deref(),
-                id: id_header,
+                id: signed_id,
                 header: &header,
             })
             .ok_or(VerifyError::MalformedSignature(
@@ -152,10 +163,15 @@ impl Unverified {
                 }
             }
         }
-        let raw_id = match lookup(&def.event_id, &self.headers, &mut json) {
-            Lookup::Found(id) => id,
-            Lookup::MalformedJson => return Err(VerifyError::MalformedBody),
-            Lookup::NotFound => return Err(VerifyError::MissingEventId(describe(&def.event_id))),
+        let raw_id = match signed_id {
+            Some(id) => id.to_owned(),
+            None => match lookup(&def.event_id, &self.headers, &mut json) {
+                Lookup::Found(id) => id,
+                Lookup::MalformedJson => return Err(VerifyError::MalformedBody),
+                Lookup::NotFound => {
+                    return Err(VerifyError::MissingEventId(describe(&def.event_id)))
+                }
+            },
         };
         let provider_event_id = ProviderEventId::parse(&raw_id)
             .map_err(|e| VerifyError::MissingEventId(e.to_string()))?;
@@ -187,6 +203,27 @@ fn first_present<'a>(
                 return Err(VerifyError::MalformedSignature(
                     "a signature header is repeated",
                 ))
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The first non-blank value among header locations; a repeated header is refused.
+fn header_lookup<'a>(
+    locations: &[Location],
+    headers: &'a RequestHeaders,
+) -> Result<Option<&'a str>, VerifyError> {
+    for loc in locations {
+        if let Location::Header(h) = loc {
+            match headers.get_one(h) {
+                HeaderLookup::One(v) if !v.trim().is_empty() => return Ok(Some(v)),
+                HeaderLookup::Repeated => {
+                    return Err(VerifyError::MalformedSignature(
+                        "the event id header is repeated",
+                    ))
+                }
+                _ => {}
             }
         }
     }

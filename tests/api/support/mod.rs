@@ -5,6 +5,7 @@
 pub mod postgres;
 pub mod proxy;
 pub mod signing;
+pub mod sink;
 
 use actix_web::dev::ServerHandle;
 use hookgate::config::Settings;
@@ -112,6 +113,7 @@ pub struct TestApp {
     pub backend: Backend,
     /// The URL the gateway was configured with (after any rewrite by the test).
     pub database_url: String,
+    pub config: std::sync::Arc<hookgate::config::GatewayConfig>,
     handle: ServerHandle,
     // Dropped last: the database outlives the server using it.
     _db: DbGuard,
@@ -163,6 +165,7 @@ pub async fn spawn_app_with(
         .expect("the application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let store = app.store().clone();
+    let config = app.config().clone();
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestApp {
@@ -171,9 +174,31 @@ pub async fn spawn_app_with(
         client: reqwest::Client::new(),
         backend,
         database_url: url,
+        config,
         handle,
         _db: guard,
     }
+}
+
+/// An app whose destinations `billing` and `audit` POST to `sink` at `/billing` and `/audit`.
+pub async fn spawn_app_with_sink(
+    backend: Backend,
+    sink: &sink::Sink,
+    adjust: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let (billing, audit) = (sink.url("/billing"), sink.url("/audit"));
+    spawn_app_with(backend, move |settings, url| {
+        for d in &mut settings.destinations {
+            d.url = if d.name == "billing" {
+                billing.clone()
+            } else {
+                audit.clone()
+            };
+        }
+        adjust(settings);
+        url.to_owned()
+    })
+    .await
 }
 
 impl TestApp {
@@ -193,6 +218,38 @@ impl TestApp {
             req = req.header(k, v);
         }
         req.body(body).send().await.expect("request is sent")
+    }
+
+    pub fn worker(&self) -> hookgate::worker::Worker {
+        hookgate::worker::Worker::new(self.store.clone(), self.config.clone())
+    }
+
+    pub fn reconciler(&self) -> hookgate::worker::Reconciler {
+        hookgate::worker::Reconciler::new(self.store.clone(), self.config.clone())
+    }
+
+    /// Posts a Stripe event and returns its hookgate id.
+    pub async fn ingest_stripe(&self, provider_event_id: &str) -> hookgate::domain::EventId {
+        let body = format!(r#"{{"id":"{provider_event_id}","type":"invoice.paid"}}"#);
+        let r = self.post_stripe(&body).await;
+        assert_eq!(r.status(), 200);
+        let json: serde_json::Value = r.json().await.unwrap();
+        hookgate::domain::EventId::parse(json["id"].as_str().unwrap()).unwrap()
+    }
+
+    /// The job of `event` for `destination`.
+    pub async fn job(
+        &self,
+        event: hookgate::domain::EventId,
+        destination: &str,
+    ) -> hookgate::store::StoredJob {
+        self.store
+            .jobs_for_event(event)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|j| j.destination == destination)
+            .unwrap_or_else(|| panic!("no {destination} job for {event}"))
     }
 
     /// A Stripe event signed now with the current secret.
