@@ -5,5 +5,6 @@ mod support;
 
 mod concurrency;
 mod crash;
+mod delivery;
 mod ingest;
 mod outage;
