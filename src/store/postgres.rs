@@ -161,7 +161,7 @@ impl PgStore {
     pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
         let rows = sqlx::query(
             "SELECT job_id, attempt, worker_id, started_at, duration_ms, status_code, error, \
-             outcome FROM delivery_attempts WHERE job_id = $1 ORDER BY started_at, attempt",
+             outcome FROM delivery_attempts WHERE job_id = $1 ORDER BY id",
         )
         .bind(id.as_uuid())
         .fetch_all(&self.pool)

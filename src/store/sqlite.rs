@@ -179,7 +179,7 @@ impl SqliteStore {
     pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
         let rows = sqlx::query(
             "SELECT job_id, attempt, worker_id, started_at, duration_ms, status_code, error, \
-             outcome FROM delivery_attempts WHERE job_id = ? ORDER BY started_at, attempt",
+             outcome FROM delivery_attempts WHERE job_id = ? ORDER BY id",
         )
         .bind(id.to_string())
         .fetch_all(&self.pool)

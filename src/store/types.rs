@@ -111,7 +111,7 @@ impl AttemptOutcome {
     }
 }
 
-/// One attempt, for the `delivery_attempts` history.
+/// One attempt, for the `delivery_attempts` history (ordered by insertion: ids are UUIDv7).
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub attempt: i32,

@@ -8,3 +8,4 @@ mod crash;
 mod delivery;
 mod ingest;
 mod outage;
+mod worker_crash;

@@ -1,0 +1,317 @@
+//! The delivery crash windows of docs/FAILURE-STORY.md: a worker stopped dead at each one
+//! leads to exactly one later redelivery with the same webhook-id, and no job stays stuck.
+
+use std::collections::HashMap;
+
+use chrono::Utc;
+
+use crate::both_backends;
+use crate::support::sink::Sink;
+use crate::support::{spawn_app_with_sink, Backend, TestApp};
+use hookgate::domain::EventId;
+use hookgate::queue::JobStatus;
+use hookgate::store::{AttemptOutcome, AttemptRecord, JobUpdate};
+use hookgate::worker::CrashPoint;
+
+both_backends!(
+    crash_after_claim_redelivers_once,
+    crash_after_send_redelivers_once,
+    crash_before_outcome_redelivers_once,
+    crash_during_reconciliation_is_finished_by_the_next_sweep,
+    a_lost_lease_cannot_overwrite_the_newer_result,
+    graceful_shutdown_hands_unfinished_jobs_back,
+    the_reconciler_creates_missing_jobs,
+);
+
+/// The lease in the test config is the default 30 s.
+fn after_lease() -> chrono::DateTime<Utc> {
+    Utc::now() + chrono::Duration::seconds(31)
+}
+
+async fn assert_nothing_stuck(app: &TestApp) {
+    for status in [JobStatus::Pending, JobStatus::InProgress] {
+        assert_eq!(app.store.count_jobs(status).await.unwrap(), 0, "{status:?}");
+    }
+}
+
+/// Arms `point` on a first worker, which then "dies" holding the billing job; the
+/// reconciler returns it after the lease, and a second worker delivers it.
+async fn crash_and_recover(backend: Backend, point: CrashPoint, deliveries_before: usize) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+    })
+    .await;
+    let event = ingest_svix(&app, "msg_crash").await;
+    let doomed = app.worker();
+    doomed.crash_points().arm(point, 1);
+    doomed.run_once().await.unwrap();
+
+    let job = app.job(event, "billing").await;
+    assert_eq!(
+        job.status,
+        JobStatus::InProgress,
+        "the crashed worker held it"
+    );
+    assert_eq!(sink.received("/billing").len(), deliveries_before);
+    // While the lease holds, nobody else may take it.
+    assert_eq!(app.worker().run_once().await.unwrap(), 0);
+
+    let report = app.reconciler().sweep_at(after_lease()).await.unwrap();
+    assert_eq!(report.expired_leases, 1);
+    let job = app.job(event, "billing").await;
+    assert_eq!(job.status, JobStatus::Pending);
+    assert_eq!(job.attempts, 1, "the lost attempt counts");
+
+    let survivor = app.worker();
+    assert_eq!(survivor.run_once_at(after_lease()).await.unwrap(), 1);
+    let received = sink.received("/billing");
+    assert_eq!(
+        received.len(),
+        deliveries_before + 1,
+        "exactly one redelivery"
+    );
+    assert!(received
+        .iter()
+        .all(|r| r.header("webhook-id") == event.to_string()));
+    let job = app.job(event, "billing").await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    assert_eq!(job.attempts, 2);
+    let outcomes: Vec<_> = app
+        .store
+        .attempts_for_job(job.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(outcomes, ["lease_expired", "succeeded"]);
+    assert_nothing_stuck(&app).await;
+}
+
+async fn ingest_svix(app: &TestApp, id: &str) -> EventId {
+    let body = r#"{"type":"user.created"}"#;
+    let headers = crate::support::signing::svix_headers(
+        crate::support::SVIX_SECRET,
+        id,
+        crate::support::signing::now(),
+        body.as_bytes(),
+    );
+    let r = app.post_webhook("svix", &headers, body).await;
+    assert_eq!(r.status(), 200);
+    let json: serde_json::Value = r.json().await.unwrap();
+    EventId::parse(json["id"].as_str().unwrap()).unwrap()
+}
+
+async fn crash_after_claim_redelivers_once(backend: Backend) {
+    crash_and_recover(backend, CrashPoint::AfterClaim, 0).await;
+}
+
+async fn crash_after_send_redelivers_once(backend: Backend) {
+    crash_and_recover(backend, CrashPoint::AfterSend, 1).await;
+}
+
+async fn crash_before_outcome_redelivers_once(backend: Backend) {
+    crash_and_recover(backend, CrashPoint::BeforeOutcome, 1).await;
+}
+
+async fn crash_during_reconciliation_is_finished_by_the_next_sweep(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+    })
+    .await;
+    let events = [
+        ingest_svix(&app, "msg_a").await,
+        ingest_svix(&app, "msg_b").await,
+    ];
+    let doomed = app.worker();
+    doomed.crash_points().arm(CrashPoint::AfterClaim, 2);
+    assert_eq!(doomed.run_once().await.unwrap(), 2);
+
+    let reconciler = app.reconciler();
+    reconciler
+        .crash_points()
+        .arm(CrashPoint::ReconcileAfterRepair, 1);
+    let first = reconciler.sweep_at(after_lease()).await.unwrap();
+    assert_eq!(first.expired_leases, 1, "stopped after one repair");
+    assert_eq!(
+        app.store.count_jobs(JobStatus::InProgress).await.unwrap(),
+        1
+    );
+    let second = app.reconciler().sweep_at(after_lease()).await.unwrap();
+    assert_eq!(second.expired_leases, 1, "the next sweep finishes the job");
+
+    app.worker().run_once_at(after_lease()).await.unwrap();
+    let received = sink.received("/billing");
+    let mut per_id: HashMap<String, usize> = HashMap::new();
+    for r in &received {
+        *per_id.entry(r.header("webhook-id").to_owned()).or_default() += 1;
+    }
+    for e in events {
+        assert_eq!(per_id.get(&e.to_string()), Some(&1), "{per_id:?}");
+    }
+    assert_nothing_stuck(&app).await;
+}
+
+async fn a_lost_lease_cannot_overwrite_the_newer_result(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+    })
+    .await;
+    let event = ingest_svix(&app, "msg_fenced").await;
+    let now = Utc::now();
+    let lease = chrono::Duration::seconds(30);
+    // A slow worker claims the job, then stalls past its lease.
+    let slow = app
+        .store
+        .claim_jobs("billing", 10, now, now + lease)
+        .await
+        .unwrap();
+    assert_eq!(slow.len(), 1);
+    app.reconciler().sweep_at(after_lease()).await.unwrap();
+    // A second worker takes the job over and finds the destination answering 410.
+    let fresh = app
+        .store
+        .claim_jobs("billing", 10, after_lease(), after_lease() + lease)
+        .await
+        .unwrap();
+    assert_eq!(fresh.len(), 1);
+    assert_ne!(fresh[0].claim_token, slow[0].claim_token);
+    let record = |attempt, outcome| AttemptRecord {
+        attempt,
+        worker_id: "test".into(),
+        started_at: Utc::now(),
+        duration_ms: 1,
+        status_code: Some(410),
+        error: None,
+        outcome,
+    };
+    assert!(app
+        .store
+        .finish_job(
+            fresh[0].job_id,
+            fresh[0].claim_token,
+            JobUpdate::Failed,
+            &record(fresh[0].attempt, AttemptOutcome::Failed),
+            Utc::now()
+        )
+        .await
+        .unwrap());
+    // The slow worker wakes up with its stale claim and reports success: refused.
+    let applied = app
+        .store
+        .finish_job(
+            slow[0].job_id,
+            slow[0].claim_token,
+            JobUpdate::Succeeded,
+            &record(slow[0].attempt, AttemptOutcome::Succeeded),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert!(!applied);
+    let job = app.job(event, "billing").await;
+    assert_eq!(job.status, JobStatus::Failed, "the newer outcome stands");
+    let outcomes: Vec<_> = app
+        .store
+        .attempts_for_job(job.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(outcomes, ["lease_expired", "failed", "lease_lost"]);
+    // Renewal is fenced the same way.
+    assert!(!app
+        .store
+        .renew_lease(slow[0].job_id, slow[0].claim_token, after_lease())
+        .await
+        .unwrap());
+}
+
+async fn graceful_shutdown_hands_unfinished_jobs_back(backend: Backend) {
+    let sink = Sink::start().await;
+    sink.script(
+        "/billing",
+        &[crate::support::sink::Answer {
+            status: 200,
+            retry_after: None,
+            delay: Some(std::time::Duration::from_secs(30)),
+        }],
+    );
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+        s.worker.shutdown_grace = "200ms".into();
+    })
+    .await;
+    let event = ingest_svix(&app, "msg_shutdown").await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker = std::sync::Arc::new(app.worker());
+    let running = tokio::spawn(worker.clone().run(stopped));
+    sink.wait_for("/billing", 1, std::time::Duration::from_secs(10))
+        .await;
+    stop.send(true).unwrap();
+    running.await.unwrap();
+
+    let job = app.job(event, "billing").await;
+    assert_eq!(
+        job.status,
+        JobStatus::Pending,
+        "handed back, not left leased"
+    );
+    assert!(job.next_attempt_at <= Utc::now(), "due at once");
+    let outcomes: Vec<_> = app
+        .store
+        .attempts_for_job(job.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(outcomes, ["released"]);
+    // Another worker picks it up straight away, without waiting for a lease to expire.
+    assert_eq!(app.worker().run_once().await.unwrap(), 1);
+    assert_eq!(app.job(event, "billing").await.status, JobStatus::Succeeded);
+}
+
+async fn the_reconciler_creates_missing_jobs(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    // An event stored with no jobs, as if its source gained destinations since.
+    let (tenant, source) = (
+        hookgate::domain::Name::parse("t", "acme").unwrap(),
+        hookgate::domain::Name::parse("s", "stripe").unwrap(),
+    );
+    let id = hookgate::domain::ProviderEventId::parse("evt_orphan").unwrap();
+    let outcome = app
+        .store
+        .insert_event(&hookgate::store::NewEvent {
+            id: EventId::generate(),
+            tenant: &tenant,
+            source: &source,
+            provider_event_id: &id,
+            event_type: None,
+            received_at: Utc::now(),
+            content_type: None,
+            headers_json: "[]".into(),
+            body: b"{}",
+            verified_scheme: "stripe",
+            verified_secret_index: 0,
+            destinations: &[],
+        })
+        .await
+        .unwrap();
+    let hookgate::store::InsertOutcome::Created(event) = outcome else {
+        panic!()
+    };
+    let report = app.reconciler().sweep().await.unwrap();
+    assert_eq!(report.missing_jobs, 2);
+    assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 2);
+    let again = app.reconciler().sweep().await.unwrap();
+    assert_eq!(again.missing_jobs, 0, "repairs are not repeated");
+    app.worker().run_once().await.unwrap();
+    assert_eq!(sink.received("/billing").len(), 1);
+    assert_eq!(sink.received("/audit").len(), 1);
+}
