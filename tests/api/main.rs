@@ -8,4 +8,5 @@ mod crash;
 mod delivery;
 mod ingest;
 mod outage;
+mod pools;
 mod worker_crash;
