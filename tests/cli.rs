@@ -252,3 +252,134 @@ fn serve_starts_on_the_example_config_and_accepts_the_readme_curl_example() {
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(again["id"], first["id"]);
 }
+
+/// A one-thread HTTP sink answering 200 and keeping each request's head.
+fn start_sink() -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read the head, then as many body bytes as Content-Length says.
+            let head_end = loop {
+                let n = stream.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(i + 4);
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < head_end + len {
+                let n = stream.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = tx.send(head);
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn serve_delivers_to_destinations_and_stops_cleanly_on_sigterm() {
+    let (sink_url, received) = start_sink();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+
+[database]
+url = "sqlite://{}"
+
+[worker]
+poll_interval = "1h"   # delivery must come from the wake-up, not polling
+
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["whsec_demo_stripe_secret"]
+destinations = ["sink"]
+
+[[destinations]]
+name = "sink"
+url = "{sink_url}"
+signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
+"#,
+            dir.path().join("e2e.db").display()
+        ),
+    )
+    .unwrap();
+    let child = bin()
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let address = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+
+    let script = readme_curl_example().replace("http://127.0.0.1:8080", &address);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let head = received
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the worker delivered the event");
+    assert!(
+        head.contains(&format!("webhook-id: {}", answer["id"].as_str().unwrap())),
+        "{head}"
+    );
+    assert!(head.contains("webhook-signature: v1,"), "{head}");
+
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let exit = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(exit.success(), "serve exited with {exit}");
+}
