@@ -7,6 +7,7 @@ mod concurrency;
 mod crash;
 mod delivery;
 mod ingest;
+mod limits;
 mod outage;
 mod pools;
 mod worker_crash;

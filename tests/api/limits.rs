@@ -1,0 +1,121 @@
+//! Time and concurrency limits of delivery: per-attempt timeouts, lease renewal, in-flight
+//! caps, and the reconciler's single-sweeper lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::both_backends;
+use crate::support::sink::{Answer, Sink};
+use crate::support::{spawn_app_with_sink, Backend};
+use hookgate::queue::JobStatus;
+
+both_backends!(
+    an_attempt_that_outlasts_its_timeout_is_retried,
+    a_long_delivery_renews_its_lease,
+    a_slow_destination_cannot_starve_the_others,
+    only_one_reconciler_sweeps_at_a_time_on_postgres,
+);
+
+fn slow(delay_ms: u64) -> Answer {
+    Answer {
+        status: 200,
+        retry_after: None,
+        delay: Some(Duration::from_millis(delay_ms)),
+    }
+}
+
+async fn an_attempt_that_outlasts_its_timeout_is_retried(backend: Backend) {
+    let sink = Sink::start().await;
+    sink.script("/billing", &[slow(3000)]);
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        for d in &mut s.destinations {
+            d.timeout = "300ms".into();
+        }
+    })
+    .await;
+    let event = app.ingest_stripe("evt_timeout").await;
+    app.worker().run_once().await.unwrap();
+    let job = app.job(event, "billing").await;
+    assert_eq!(job.status, JobStatus::Pending);
+    let error = job.last_error.unwrap();
+    assert!(error.starts_with("timeout"), "{error}");
+    let history = app.store.attempts_for_job(job.id).await.unwrap();
+    assert_eq!(history[0].status_code, None);
+    assert!(history[0].duration_ms >= 300, "{}", history[0].duration_ms);
+}
+
+async fn a_long_delivery_renews_its_lease(backend: Backend) {
+    let sink = Sink::start().await;
+    sink.script("/billing", &[slow(2500)]);
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+        s.worker.lease = "1s".into();
+    })
+    .await;
+    let body = r#"{"type":"user.created"}"#;
+    let headers = crate::support::signing::svix_headers(
+        crate::support::SVIX_SECRET,
+        "msg_long",
+        crate::support::signing::now(),
+        body.as_bytes(),
+    );
+    assert_eq!(app.post_webhook("svix", &headers, body).await.status(), 200);
+    let worker = Arc::new(app.worker());
+    let delivering = {
+        let worker = worker.clone();
+        tokio::spawn(async move { worker.run_once().await.unwrap() })
+    };
+    sink.wait_for("/billing", 1, Duration::from_secs(5)).await;
+    // Well past the 1 s lease, the delivery is still running: its lease must have been renewed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let report = app.reconciler().sweep().await.unwrap();
+    assert_eq!(
+        report.expired_leases, 0,
+        "a live delivery is not taken for a crash"
+    );
+    assert_eq!(delivering.await.unwrap(), 1);
+    assert_eq!(app.store.count_jobs(JobStatus::Succeeded).await.unwrap(), 1);
+    assert_eq!(sink.received("/billing").len(), 1);
+}
+
+async fn a_slow_destination_cannot_starve_the_others(backend: Backend) {
+    let sink = Sink::start().await;
+    sink.always("/billing", slow(3000));
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.worker.concurrency = 8;
+        for d in &mut s.destinations {
+            d.max_in_flight = 2;
+        }
+    })
+    .await;
+    for i in 0..4 {
+        app.ingest_stripe(&format!("evt_starve_{i}")).await;
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker = Arc::new(app.worker());
+    let running = tokio::spawn(worker.clone().run(stopped));
+
+    let audit = sink.wait_for("/audit", 4, Duration::from_secs(10)).await;
+    assert_eq!(audit.len(), 4, "the fast destination got everything");
+    let billing = sink.received("/billing").len();
+    assert!(
+        billing <= 2,
+        "the slow one is capped at 2 in flight, got {billing}"
+    );
+    stop.send(true).unwrap();
+    running.await.unwrap();
+}
+
+async fn only_one_reconciler_sweeps_at_a_time_on_postgres(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    let held = app.store.try_reconcile_lock().await.unwrap().expect("free");
+    let report = app.reconciler().sweep().await.unwrap();
+    match backend {
+        // SQLite's single writer serialises sweeps already; every process may sweep.
+        Backend::Sqlite => assert!(!report.skipped),
+        Backend::Postgres => assert!(report.skipped, "another process holds the sweep"),
+    }
+    held.release().await;
+    assert!(!app.reconciler().sweep().await.unwrap().skipped);
+}
