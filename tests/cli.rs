@@ -190,6 +190,28 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Starts `serve` and returns it with the address from its first line of output, which is
+/// "hookgate listening on http://127.0.0.1:PORT (store: ..., role: ...)".
+fn spawn_serve(mut cmd: Command) -> (KillOnDrop, String, String) {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    // Keep draining, as a terminal would.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let address = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    (child, address, first)
+}
+
 /// The shell block between `<!-- curl-example -->` markers in the README.
 fn readme_curl_example() -> String {
     let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
@@ -204,31 +226,16 @@ fn readme_curl_example() -> String {
 #[test]
 fn serve_starts_on_the_example_config_and_accepts_the_readme_curl_example() {
     let dir = tempfile::tempdir().unwrap();
-    let child = bin()
-        .arg("serve")
+    let mut cmd = bin();
+    cmd.arg("serve")
         .arg("--config")
         .arg(repo_file("hookgate.example.toml"))
         .env(
             "HOOKGATE__DATABASE__URL",
             format!("sqlite://{}", dir.path().join("serve.db").display()),
         )
-        .env("HOOKGATE__SERVER__LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    // Keep draining, as a terminal would.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    // "hookgate listening on http://127.0.0.1:PORT (store: sqlite)"
-    let address = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_owned();
+        .env("HOOKGATE__SERVER__LISTEN", "127.0.0.1:0");
+    let (_child, address, first) = spawn_serve(cmd);
     assert!(first.contains("sqlite"), "{first}");
 
     let script = readme_curl_example().replace("http://127.0.0.1:8080", &address);
@@ -329,24 +336,9 @@ signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
         ),
     )
     .unwrap();
-    let child = bin()
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let address = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_owned();
+    let mut cmd = bin();
+    cmd.arg("serve").arg("--config").arg(&config);
+    let (mut child, address, _) = spawn_serve(cmd);
 
     let script = readme_curl_example().replace("http://127.0.0.1:8080", &address);
     let out = Command::new("bash")

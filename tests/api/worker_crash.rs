@@ -77,16 +77,15 @@ async fn crash_and_recover(backend: Backend, point: CrashPoint, deliveries_befor
     let job = app.job(event, "billing").await;
     assert_eq!(job.status, JobStatus::Succeeded);
     assert_eq!(job.attempts, 2);
-    let outcomes: Vec<_> = app
-        .store
-        .attempts_for_job(job.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(&app, job.id).await;
     assert_eq!(outcomes, ["lease_expired", "succeeded"]);
     assert_nothing_stuck(&app).await;
+}
+
+/// The job's attempt history, as outcome names in order.
+async fn outcomes(app: &TestApp, job: hookgate::domain::JobId) -> Vec<String> {
+    let history = app.store.attempts_for_job(job).await.unwrap();
+    history.into_iter().map(|a| a.outcome).collect()
 }
 
 async fn ingest_svix(app: &TestApp, id: &str) -> EventId {
@@ -214,14 +213,7 @@ async fn a_lost_lease_cannot_overwrite_the_newer_result(backend: Backend) {
     assert!(!applied);
     let job = app.job(event, "billing").await;
     assert_eq!(job.status, JobStatus::Failed, "the newer outcome stands");
-    let outcomes: Vec<_> = app
-        .store
-        .attempts_for_job(job.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(&app, job.id).await;
     assert_eq!(outcomes, ["lease_expired", "failed", "lease_lost"]);
     // Renewal is fenced the same way.
     assert!(!app
@@ -262,14 +254,7 @@ async fn graceful_shutdown_hands_unfinished_jobs_back(backend: Backend) {
         "handed back, not left leased"
     );
     assert!(job.next_attempt_at <= Utc::now(), "due at once");
-    let outcomes: Vec<_> = app
-        .store
-        .attempts_for_job(job.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(&app, job.id).await;
     assert_eq!(outcomes, ["released"]);
     // Another worker picks it up straight away, without waiting for a lease to expire.
     assert_eq!(app.worker().run_once().await.unwrap(), 1);

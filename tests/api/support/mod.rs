@@ -121,18 +121,22 @@ pub struct TestApp {
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        let handle = self.handle.clone();
-        // Stopping is async; the runtime may be shutting down, so this is best effort.
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(handle.stop(false));
-            }
-        })
-        .join();
+        stop_server(self.handle.clone());
     }
+}
+
+/// Stops an actix server from a `Drop`: stopping is async and the test's runtime may be
+/// shutting down, so it runs on a thread of its own, best effort.
+pub fn stop_server(handle: ServerHandle) {
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(handle.stop(false));
+        }
+    })
+    .join();
 }
 
 pub async fn spawn_app(backend: Backend) -> TestApp {

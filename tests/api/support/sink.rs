@@ -128,16 +128,7 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        let handle = self.handle.clone();
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(handle.stop(false));
-            }
-        })
-        .join();
+        super::stop_server(self.handle.clone());
     }
 }
 
