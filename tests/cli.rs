@@ -179,6 +179,17 @@ fn migrate_creates_the_sqlite_schema() {
     });
     assert!(tables.iter().any(|t| t == "events"), "{tables:?}");
     assert!(tables.iter().any(|t| t == "jobs"), "{tables:?}");
+    let journal: String = rt.block_on(async {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    });
+    assert_eq!(journal, "wal", "the file was created in WAL mode");
 }
 
 struct KillOnDrop(Child);
@@ -308,34 +319,9 @@ fn serve_delivers_to_destinations_and_stops_cleanly_on_sigterm() {
     let (sink_url, received) = start_sink();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-
-[database]
-url = "sqlite://{}"
-
-[worker]
-poll_interval = "1h"   # delivery must come from the wake-up, not polling
-
-[[sources]]
-name = "stripe"
-provider = "stripe"
-secrets = ["whsec_demo_stripe_secret"]
-destinations = ["sink"]
-
-[[destinations]]
-name = "sink"
-url = "{sink_url}"
-signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
-"#,
-            dir.path().join("e2e.db").display()
-        ),
-    )
-    .unwrap();
+    // Polling every hour: delivery must come from the wake-up after ingest.
+    let text = sink_config(&dir.path().join("e2e.db"), &sink_url, "1h");
+    std::fs::write(&config, text).unwrap();
     let mut cmd = bin();
     cmd.arg("serve").arg("--config").arg(&config);
     let (mut child, address, _) = spawn_serve(cmd);
@@ -374,4 +360,129 @@ signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert!(exit.success(), "serve exited with {exit}");
+}
+
+fn sink_config(db: &Path, sink_url: &str, poll_interval: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+
+[database]
+url = "sqlite://{}"
+
+[worker]
+poll_interval = "{poll_interval}"
+
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["whsec_demo_stripe_secret"]
+destinations = ["sink"]
+
+[[destinations]]
+name = "sink"
+url = "{sink_url}"
+signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
+"#,
+        db.display()
+    )
+}
+
+#[test]
+fn api_and_worker_roles_run_apart() {
+    let (sink_url, received) = start_sink();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &config,
+        sink_config(&dir.path().join("roles.db"), &sink_url, "100ms"),
+    )
+    .unwrap();
+    let serve = |role: &str| {
+        let mut cmd = bin();
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--role")
+            .arg(role);
+        cmd
+    };
+    let (_api, address, first) = spawn_serve(serve("api"));
+    assert!(first.contains("role: Api"), "{first}");
+    let script = readme_curl_example().replace("http://127.0.0.1:8080", &address);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["duplicate"], false);
+    assert!(
+        received
+            .recv_timeout(std::time::Duration::from_millis(1500))
+            .is_err(),
+        "an api-only process delivers nothing"
+    );
+
+    let worker = bin()
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .arg("--role")
+        .arg("worker")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _worker = KillOnDrop(worker);
+    let head = received
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the worker process delivered the event stored by the api process");
+    assert!(head.contains(answer["id"].as_str().unwrap()), "{head}");
+}
+
+#[test]
+fn providers_dir_adds_definitions_and_bad_ones_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let providers = dir.path().join("providers");
+    std::fs::create_dir(&providers).unwrap();
+    std::fs::write(
+        providers.join("acme.toml"),
+        r#"
+name = "acme"
+[signature]
+headers = ["X-Acme-Signature"]
+algorithm = "hmac-sha512"
+encoding = "base64"
+[event]
+id = ["header:X-Acme-Delivery"]
+"#,
+    )
+    .unwrap();
+    let with_dir = format!(
+        "providers_dir = \"{}\"\n{}",
+        providers.display(),
+        VALID.replace(r#"provider = "stripe""#, r#"provider = "acme""#)
+    );
+    let out = check(&with_dir, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    std::fs::write(
+        providers.join("acme.toml"),
+        "name = \"acme\"\n[signature]\nheaders = [\"X\"]\nalgorithm = \"hmac-md5\"\nencoding = \"hex\"\n[event]\nid = [\"header:X-Id\"]\n",
+    )
+    .unwrap();
+    assert_rejected_naming(&with_dir, &[], "acme.toml");
+    assert_rejected_naming(&with_dir, &[], "algorithm");
+    std::fs::write(
+        providers.join("acme.toml"),
+        "name = \"acme\"\n[signature]\nheaders = [\"X\"]\nalgorithm = \"hmac-sha256\"\nencoding = \"hex\"\nsigned_payload = \"{timestamp}.{body}\"\n[event]\nid = [\"header:X-Id\"]\n",
+    )
+    .unwrap();
+    assert_rejected_naming(&with_dir, &[], "signature.signed_payload");
 }
