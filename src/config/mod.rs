@@ -6,11 +6,12 @@ mod validate;
 
 pub use secret::resolve_secret;
 pub use settings::{
-    default_retry_schedule, DatabaseSettings, DestinationSettings, LogSettings, ServerSettings,
-    Settings, SourceSettings, WorkerSettings,
+    default_retry_schedule, AdminSettings, AdminTokenSettings, DatabaseSettings,
+    DestinationSettings, LogSettings, ServerSettings, Settings, SourceSettings, WorkerSettings,
 };
 pub use validate::{
-    DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig, Source, WorkerConfig,
+    AdminConfig, AdminToken, DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig,
+    Source, WorkerConfig,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,8 @@ pub struct Settings {
     pub log: LogSettings,
     #[serde(default)]
     pub worker: WorkerSettings,
+    #[serde(default)]
+    pub admin: AdminSettings,
     /// Extra provider definitions; a file here replaces a built-in one of the same name.
     pub providers_dir: Option<PathBuf>,
     #[serde(default)]
@@ -159,6 +161,45 @@ fn default_reconcile_interval() -> String {
 }
 fn default_reconcile_lookback() -> String {
     "24h".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSettings {
+    /// Bearer tokens, stored only as SHA-256 digests (`hookgate token new` makes one).
+    #[serde(default)]
+    pub tokens: Vec<AdminTokenSettings>,
+    /// How long a saved Idempotency-Key response is kept.
+    #[serde(default = "default_idempotency_ttl")]
+    pub idempotency_ttl: String,
+    /// A request still running after this long is taken as abandoned; its key can be reused.
+    #[serde(default = "default_idempotency_stale_after")]
+    pub idempotency_stale_after: String,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        Self {
+            tokens: Vec::new(),
+            idempotency_ttl: default_idempotency_ttl(),
+            idempotency_stale_after: default_idempotency_stale_after(),
+        }
+    }
+}
+
+fn default_idempotency_ttl() -> String {
+    "24h".into()
+}
+fn default_idempotency_stale_after() -> String {
+    "5m".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminTokenSettings {
+    pub tenant: String,
+    /// Lower- or upper-case hex SHA-256 of the token.
+    pub token_sha256: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

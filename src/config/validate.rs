@@ -40,6 +40,28 @@ pub struct WorkerConfig {
     pub reconcile_lookback: Duration,
 }
 
+/// An admin token: the tenant it acts for and the SHA-256 of the bearer token.
+#[derive(Clone)]
+pub struct AdminToken {
+    pub tenant: Name,
+    pub sha256: [u8; 32],
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub tokens: Vec<AdminToken>,
+    pub idempotency_ttl: Duration,
+    pub idempotency_stale_after: Duration,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -81,6 +103,7 @@ pub struct GatewayConfig {
     pub database: DatabaseConfig,
     pub log_format: LogFormat,
     pub worker: WorkerConfig,
+    pub admin: AdminConfig,
     pub sources: BTreeMap<String, Arc<Source>>,
     pub destinations: BTreeMap<String, Arc<Destination>>,
 }
@@ -159,6 +182,29 @@ impl GatewayConfig {
         if worker.lease < Duration::from_secs(1) {
             return Err(invalid("worker.lease", "must be at least 1s"));
         }
+
+        let a = &settings.admin;
+        let mut tokens = Vec::new();
+        for (i, t) in a.tokens.iter().enumerate() {
+            let tenant = Name::parse("tenant", &t.tenant)
+                .map_err(|e| invalid(format!("admin.tokens[{i}].tenant"), e.to_string()))?;
+            let mut sha256 = [0u8; 32];
+            hex::decode_to_slice(t.token_sha256.trim(), &mut sha256).map_err(|_| {
+                invalid(
+                    format!("admin.tokens[{i}].token_sha256"),
+                    "must be 64 hex digits: the SHA-256 of the token (`hookgate token new` prints one)",
+                )
+            })?;
+            tokens.push(AdminToken { tenant, sha256 });
+        }
+        let admin = AdminConfig {
+            tokens,
+            idempotency_ttl: duration("admin.idempotency_ttl", &a.idempotency_ttl)?,
+            idempotency_stale_after: duration(
+                "admin.idempotency_stale_after",
+                &a.idempotency_stale_after,
+            )?,
+        };
 
         let mut destinations = BTreeMap::new();
         for (i, dest) in settings.destinations.iter().enumerate() {
@@ -290,6 +336,7 @@ impl GatewayConfig {
             database,
             log_format,
             worker,
+            admin,
             sources,
             destinations,
         })

@@ -1,5 +1,20 @@
 //! All SQL lives below this module: one file per backend. Callers see only `Store`.
 
+/// Runs the same call on whichever backend is in use.
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $body:expr) => {
+        match $self {
+            Store::Postgres($s) => $body,
+            Store::Sqlite($s) => $body,
+        }
+    };
+}
+
+
+mod admin;
+mod admin_sql;
+mod admin_types;
+mod idempotency;
 mod postgres;
 mod sqlite;
 mod types;
@@ -15,16 +30,11 @@ use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
 use crate::queue::JobStatus;
 
-/// Runs the same call on whichever backend is in use.
-macro_rules! dispatch {
-    ($self:ident, $s:ident => $body:expr) => {
-        match $self {
-            Store::Postgres($s) => $body,
-            Store::Sqlite($s) => $body,
-        }
-    };
-}
 
+pub use admin_types::{
+    BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
+    NewJob, PageCursor, ProgressKey, SavedResponse,
+};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use types::{

@@ -1,5 +1,7 @@
 //! PostgreSQL backend: for production and for several gateway processes sharing one database.
 
+mod admin;
+
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -28,7 +30,7 @@ pub struct PgStore {
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
-    locked_until, last_error, created_at, updated_at";
+    locked_until, last_error, created_at, updated_at, discarded_at";
 
 const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
     content_type, headers::text AS headers, body, verified_scheme, verified_secret_index";
@@ -408,7 +410,7 @@ fn event_from_row(r: &PgRow) -> Result<StoredEvent, StoreError> {
     })
 }
 
-fn job_from_row(r: &PgRow) -> Result<StoredJob, StoreError> {
+pub(super) fn job_from_row(r: &PgRow) -> Result<StoredJob, StoreError> {
     let status: String = r.try_get("status")?;
     Ok(StoredJob {
         id: JobId::from_uuid(r.try_get("id")?),
@@ -422,5 +424,6 @@ fn job_from_row(r: &PgRow) -> Result<StoredJob, StoreError> {
         last_error: r.try_get("last_error")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
+        discarded_at: r.try_get("discarded_at")?,
     })
 }

@@ -1,6 +1,8 @@
 //! SQLite backend: the embedded default. WAL mode with `synchronous = FULL`, so a commit
 //! survives a process crash and a power loss; writers queue on the write lock (busy timeout).
 
+mod admin;
+
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -31,22 +33,22 @@ pub struct SqliteStore {
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
-    locked_until, last_error, created_at, updated_at";
+    locked_until, last_error, created_at, updated_at, discarded_at";
 
 const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
     content_type, headers, body, verified_scheme, verified_secret_index";
 
-fn millis(t: DateTime<Utc>) -> i64 {
+pub(super) fn millis(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-fn from_millis(ms: i64) -> Result<DateTime<Utc>, StoreError> {
+pub(super) fn from_millis(ms: i64) -> Result<DateTime<Utc>, StoreError> {
     Utc.timestamp_millis_opt(ms)
         .single()
         .ok_or_else(|| StoreError::Corrupt(format!("timestamp {ms} out of range")))
 }
 
-fn parse_uuid(s: &str) -> Result<Uuid, StoreError> {
+pub(super) fn parse_uuid(s: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(s).map_err(|_| StoreError::Corrupt(format!("bad uuid {s:?}")))
 }
 
@@ -427,7 +429,7 @@ fn event_from_row(r: &SqliteRow) -> Result<StoredEvent, StoreError> {
     })
 }
 
-async fn insert_job(
+pub(super) async fn insert_job(
     tx: &mut Transaction<'_, Sqlite>,
     event_id: &str,
     destination: &str,
@@ -448,11 +450,12 @@ async fn insert_job(
     Ok(())
 }
 
-fn job_from_row(r: &SqliteRow) -> Result<StoredJob, StoreError> {
+pub(super) fn job_from_row(r: &SqliteRow) -> Result<StoredJob, StoreError> {
     let id: String = r.try_get("id")?;
     let event_id: String = r.try_get("event_id")?;
     let status: String = r.try_get("status")?;
     let locked_until: Option<i64> = r.try_get("locked_until")?;
+    let discarded_at: Option<i64> = r.try_get("discarded_at")?;
     Ok(StoredJob {
         id: JobId::from_uuid(parse_uuid(&id)?),
         event_id: EventId::from_uuid(parse_uuid(&event_id)?),
@@ -465,5 +468,6 @@ fn job_from_row(r: &SqliteRow) -> Result<StoredJob, StoreError> {
         last_error: r.try_get("last_error")?,
         created_at: from_millis(r.try_get("created_at")?)?,
         updated_at: from_millis(r.try_get("updated_at")?)?,
+        discarded_at: discarded_at.map(from_millis).transpose()?,
     })
 }

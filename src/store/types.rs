@@ -58,6 +58,8 @@ pub struct StoredJob {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Set when an operator discarded this dead letter: it stays `failed`, out of the list.
+    pub discarded_at: Option<DateTime<Utc>>,
 }
 
 /// A job a worker has claimed, with what it needs to deliver it. `claim_token` fences every
