@@ -8,6 +8,10 @@ use clap::{Parser, Subcommand};
 use crate::config::{GatewayConfig, Settings};
 use std::sync::Arc;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
 use tokio::sync::watch;
 
 use crate::startup::{shutdown_signal, Application, BackgroundWork, Role};
@@ -41,6 +45,18 @@ pub enum Command {
         #[arg(long, short, env = "HOOKGATE_CONFIG")]
         config: PathBuf,
     },
+    /// Admin tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a fresh random admin token and the config lines that accept it.
+    New {
+        #[arg(long)]
+        tenant: String,
+    },
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -53,6 +69,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::connect(&gateway.database)?;
             store.migrate().await?;
             println!("migrations applied ({})", store.backend_name());
+        }
+        Command::Token(TokenCommand::New { tenant }) => {
+            crate::domain::Name::parse("tenant", &tenant)?;
+            let mut bytes = [0u8; 32];
+            getrandom::getrandom(&mut bytes)
+                .map_err(|e| anyhow::anyhow!("no randomness from the OS: {e}"))?;
+            let token = format!("hg_{}", URL_SAFE_NO_PAD.encode(bytes));
+            let digest = hex::encode(Sha256::digest(token.as_bytes()));
+            println!("token: {token}");
+            println!("# Keep the token secret; put only its digest in the configuration:");
+            println!("[[admin.tokens]]\ntenant = \"{tenant}\"\ntoken_sha256 = \"{digest}\"");
         }
         Command::Check { config } => {
             let settings = Settings::load(&config)?;

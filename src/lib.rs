@@ -1,6 +1,7 @@
 //! hookgate: a webhook ingestion gateway. The data path follows the module names:
 //! `http` -> `verify` -> `ingest` -> `store` -> `queue` and `worker` -> `delivery`.
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod delivery;

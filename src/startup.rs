@@ -8,6 +8,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::json;
 
+use crate::admin::SharedPause;
 use crate::config::{ConfigError, GatewayConfig, Settings};
 use crate::http::{self, AppState};
 use crate::store::{Store, StoreError};
@@ -44,6 +45,7 @@ pub struct Application {
     server: Server,
     store: Store,
     config: Arc<GatewayConfig>,
+    admin_pause: SharedPause,
 }
 
 impl Application {
@@ -62,16 +64,19 @@ impl Application {
             .local_addr()
             .map_err(|source| StartupError::Bind { address, source })?
             .port();
-        let server =
-            run(listener, store.clone(), config.clone()).map_err(|source| StartupError::Bind {
+        let admin_pause = SharedPause::default();
+        let server = run(listener, store.clone(), config.clone(), admin_pause.clone()).map_err(
+            |source| StartupError::Bind {
                 address: config.server.listen.clone(),
                 source,
-            })?;
+            },
+        )?;
         Ok(Self {
             port,
             server,
             store,
             config,
+            admin_pause,
         })
     }
 
@@ -87,6 +92,11 @@ impl Application {
         &self.config
     }
 
+    /// Tests arm this to hold an admin action mid-way (see `admin::PausePoint`).
+    pub fn admin_pause(&self) -> &SharedPause {
+        &self.admin_pause
+    }
+
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }
@@ -98,9 +108,18 @@ impl Application {
     }
 }
 
-fn run(listener: TcpListener, store: Store, config: Arc<GatewayConfig>) -> std::io::Result<Server> {
+fn run(
+    listener: TcpListener,
+    store: Store,
+    config: Arc<GatewayConfig>,
+    admin_pause: SharedPause,
+) -> std::io::Result<Server> {
     let request_timeout = config.server.request_timeout;
-    let state = web::Data::new(AppState { store, config });
+    let state = web::Data::new(AppState {
+        store,
+        config,
+        admin_pause,
+    });
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())

@@ -17,6 +17,8 @@ pub use error::ApiError;
 pub struct AppState {
     pub store: Store,
     pub config: Arc<GatewayConfig>,
+    /// Where tests hold an admin action to observe a request "still running".
+    pub admin_pause: crate::admin::SharedPause,
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

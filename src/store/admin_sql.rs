@@ -111,6 +111,9 @@ fn dead_letter_conditions(b: &mut Built, f: &DeadLetterFilter) -> String {
     if let Some(v) = &f.source {
         c += &format!(" AND e.source = {}", b.arg(Arg::Text(v.clone())));
     }
+    if let Some(v) = f.failed_before {
+        c += &format!(" AND j.updated_at < {}", b.arg(Arg::Time(v)));
+    }
     c
 }
 

@@ -27,6 +27,9 @@ pub struct DeadLetterFilter {
     pub tenant: String,
     pub destination: Option<String>,
     pub source: Option<String>,
+    /// Only jobs that failed before this time (a bulk retry leaves alone what fails again
+    /// while it runs).
+    pub failed_before: Option<DateTime<Utc>>,
 }
 
 /// A keyset position: the last row of a page, by (time, id), newest first.

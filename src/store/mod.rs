@@ -10,7 +10,6 @@ macro_rules! dispatch {
     };
 }
 
-
 mod admin;
 mod admin_sql;
 mod admin_types;
@@ -29,7 +28,6 @@ use uuid::Uuid;
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
 use crate::queue::JobStatus;
-
 
 pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,

@@ -18,6 +18,8 @@ pub struct ReconcileReport {
     pub skipped: bool,
     pub expired_leases: u64,
     pub missing_jobs: u64,
+    /// Idempotency-Key records past `admin.idempotency_ttl`, removed.
+    pub expired_idempotency_keys: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -58,6 +60,7 @@ impl Reconciler {
             tracing::info!(
                 expired_leases = report.expired_leases,
                 missing_jobs = report.missing_jobs,
+                expired_idempotency_keys = report.expired_idempotency_keys,
                 "reconciler repaired jobs"
             );
         }
@@ -136,6 +139,16 @@ impl Reconciler {
                         break;
                     }
                 }
+            }
+        }
+
+        let ttl = chrono::Duration::from_std(self.config.admin.idempotency_ttl)
+            .unwrap_or(chrono::Duration::days(1));
+        loop {
+            let removed = self.store.sweep_idempotency(now - ttl, BATCH).await?;
+            report.expired_idempotency_keys += removed;
+            if removed < BATCH as u64 {
+                break;
             }
         }
         Ok(report)

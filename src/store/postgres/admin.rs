@@ -17,12 +17,15 @@ use crate::store::{
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 
 fn bind<'q>(built: &'q Built) -> PgQuery<'q> {
-    built.args.iter().fold(sqlx::query(&built.sql), |q, a| match a {
-        Arg::Text(s) => q.bind(s.as_str()),
-        Arg::Time(t) => q.bind(*t),
-        Arg::Id(u) => q.bind(*u),
-        Arg::Int(i) => q.bind(*i),
-    })
+    built
+        .args
+        .iter()
+        .fold(sqlx::query(&built.sql), |q, a| match a {
+            Arg::Text(s) => q.bind(s.as_str()),
+            Arg::Time(t) => q.bind(*t),
+            Arg::Id(u) => q.bind(*u),
+            Arg::Int(i) => q.bind(*i),
+        })
 }
 
 fn summary_from_row(r: &PgRow) -> Result<EventSummary, StoreError> {

@@ -17,12 +17,15 @@ use crate::store::{
 type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
 
 fn bind<'q>(built: &'q Built) -> SqliteQuery<'q> {
-    built.args.iter().fold(sqlx::query(&built.sql), |q, a| match a {
-        Arg::Text(s) => q.bind(s.as_str()),
-        Arg::Time(t) => q.bind(millis(*t)),
-        Arg::Id(u) => q.bind(u.to_string()),
-        Arg::Int(i) => q.bind(*i),
-    })
+    built
+        .args
+        .iter()
+        .fold(sqlx::query(&built.sql), |q, a| match a {
+            Arg::Text(s) => q.bind(s.as_str()),
+            Arg::Time(t) => q.bind(millis(*t)),
+            Arg::Id(u) => q.bind(u.to_string()),
+            Arg::Int(i) => q.bind(*i),
+        })
 }
 
 fn summary_from_row(r: &SqliteRow) -> Result<EventSummary, StoreError> {

@@ -1,0 +1,286 @@
+//! `/admin/v1/events...` and `/admin/v1/replay`.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::Utc;
+
+use super::auth::Tenant;
+use super::cursor;
+use super::error::AdminError;
+use super::idempotency::{idempotent, Reply};
+use super::views::{
+    BulkReplayRequest, DryRunReply, EventDetail, EventPage, EventSummaryView, EventsQuery, JobView,
+    JobsReply, ReplayRequest, ReplayedReply,
+};
+use crate::domain::{EventId, JobId};
+use crate::http::AppState;
+use crate::queue::JobStatus;
+use crate::store::{EventFilter, NewJob, PageCursor, StoredEvent, StoredJob};
+
+/// Events replayed per committed batch: small enough that ingestion never waits long.
+const REPLAY_BATCH: i64 = 500;
+
+fn parse_status(s: Option<&str>) -> Result<Option<JobStatus>, AdminError> {
+    s.map(|s| {
+        JobStatus::parse(s).ok_or_else(|| {
+            AdminError::BadRequest(format!(
+                "status {s:?} is not one of pending, in_progress, succeeded, failed"
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// The event, if it exists and belongs to the tenant; another tenant's is "not found" too.
+pub(super) async fn event_in_tenant(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+) -> Result<StoredEvent, AdminError> {
+    let id = EventId::parse(id).map_err(|_| AdminError::NotFound("event"))?;
+    match state.store.get_event(id).await? {
+        Some(e) if e.tenant == tenant.as_str() => Ok(e),
+        _ => Err(AdminError::NotFound("event")),
+    }
+}
+
+#[utoipa::path(get, path = "/admin/v1/events", tag = "events", params(EventsQuery),
+    responses((status = 200, body = EventPage), (status = 400, body = super::views::ErrorBody),
+        (status = 401, body = super::views::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_events(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    query: web::Query<EventsQuery>,
+) -> Result<web::Json<EventPage>, AdminError> {
+    let q = query.into_inner();
+    let limit = cursor::limit(q.limit)?;
+    let after = q.cursor.as_deref().map(cursor::decode).transpose()?;
+    let filter = EventFilter {
+        tenant: tenant.as_str().to_owned(),
+        source: q.source,
+        event_type: q.event_type,
+        provider_event_id: q.provider_event_id,
+        status: parse_status(q.status.as_deref())?,
+        received_from: q.received_from,
+        received_to: q.received_to,
+    };
+    let mut rows = state.store.list_events(&filter, after, limit + 1).await?;
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|e| {
+            cursor::encode(&PageCursor {
+                at: e.received_at,
+                id: e.id.as_uuid(),
+            })
+        })
+    } else {
+        None
+    };
+    Ok(web::Json(EventPage {
+        data: rows.iter().map(EventSummaryView::from).collect(),
+        next_cursor,
+    }))
+}
+
+#[utoipa::path(get, path = "/admin/v1/events/{id}", tag = "events",
+    params(("id" = String, Path, description = "hookgate event id")),
+    responses((status = 200, body = EventDetail), (status = 404, body = super::views::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_event(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+) -> Result<web::Json<EventDetail>, AdminError> {
+    let event = event_in_tenant(&state, &tenant, &path).await?;
+    let mut jobs = Vec::new();
+    for job in state.store.jobs_for_event(event.id).await? {
+        let history = state.store.attempts_for_job(job.id).await?;
+        jobs.push(JobView::new(&job, Some(&history)));
+    }
+    Ok(web::Json(EventDetail::new(&event, jobs)))
+}
+
+#[utoipa::path(get, path = "/admin/v1/events/{id}/raw", tag = "events",
+    params(("id" = String, Path, description = "hookgate event id")),
+    responses((status = 200, description = "The exact stored body, with its original Content-Type",
+        content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 404, body = super::views::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn raw_event(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AdminError> {
+    let event = event_in_tenant(&state, &tenant, &path).await?;
+    let content_type = event
+        .content_type
+        .clone()
+        .unwrap_or_else(|| "application/octet-stream".into());
+    Ok(HttpResponse::Ok()
+        .insert_header((actix_web::http::header::CONTENT_TYPE, content_type))
+        .body(event.body))
+}
+
+/// A job as `create_jobs` will write it, so the response can be saved in that transaction.
+pub(super) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob {
+    StoredJob {
+        id: job.id,
+        event_id: job.event_id,
+        destination: job.destination.clone(),
+        status: JobStatus::Pending,
+        attempts: 0,
+        next_attempt_at: now,
+        locked_until: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+        discarded_at: None,
+    }
+}
+
+#[utoipa::path(post, path = "/admin/v1/events/{id}/replay", tag = "events",
+    params(("id" = String, Path, description = "hookgate event id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once")),
+    request_body(content = Option<ReplayRequest>, description = "Default: all of the source's destinations"),
+    responses((status = 202, body = JobsReply), (status = 404, body = super::views::ErrorBody),
+        (status = 409, body = super::views::ErrorBody), (status = 422, body = super::views::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn replay_event(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> Result<HttpResponse, AdminError> {
+    let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
+    let path = &path;
+    idempotent(state, tenant, &request, body, move |idem| async move {
+        let event = event_in_tenant(&state, &tenant, &path).await?;
+        let req: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
+            ReplayRequest::default()
+        } else {
+            serde_json::from_slice(&body)
+                .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?
+        };
+        let routed: Vec<String> = state
+            .config
+            .sources
+            .get(&event.source)
+            .map(|s| s.destinations.iter().map(|d| d.to_string()).collect())
+            .unwrap_or_default();
+        let destinations = match req.destinations {
+            None => routed.clone(),
+            Some(list) => {
+                if let Some(bad) = list.iter().find(|d| !routed.contains(d)) {
+                    return Err(AdminError::Unprocessable(format!(
+                        "destination {bad:?} is not one of source {}'s destinations",
+                        event.source
+                    )));
+                }
+                list
+            }
+        };
+        if destinations.is_empty() {
+            return Err(AdminError::Unprocessable(format!(
+                "source {} has no destinations to replay to",
+                event.source
+            )));
+        }
+        let now = Utc::now();
+        let jobs: Vec<NewJob> = destinations
+            .into_iter()
+            .map(|destination| NewJob {
+                id: JobId::generate(),
+                event_id: event.id,
+                destination,
+            })
+            .collect();
+        let reply = Reply::json(
+            202,
+            &JobsReply {
+                jobs: jobs
+                    .iter()
+                    .map(|j| JobView::new(&pending_job(j, now), None))
+                    .collect(),
+            },
+            idem.is_some(),
+        );
+        state.admin_pause.pass().await;
+        let save = idem.as_ref().map(|i| i.save(reply.status, &reply.body));
+        state.store.create_jobs(&jobs, now, save.as_ref()).await?;
+        Ok(reply)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/admin/v1/replay", tag = "events",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once, resuming an interrupted run")),
+    request_body = BulkReplayRequest,
+    responses((status = 202, body = ReplayedReply), (status = 200, body = DryRunReply),
+        (status = 400, body = super::views::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn bulk_replay(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> Result<HttpResponse, AdminError> {
+    let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
+    idempotent(state, tenant, &request, body, move |idem| async move {
+        let req: BulkReplayRequest = serde_json::from_slice(&body)
+            .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?;
+        let filter = EventFilter {
+            tenant: tenant.as_str().to_owned(),
+            source: req.source,
+            event_type: req.event_type,
+            provider_event_id: req.provider_event_id,
+            status: parse_status(req.status.as_deref())?,
+            received_from: req.received_from,
+            received_to: req.received_to,
+        };
+        let filtered = filter.source.is_some()
+            || filter.event_type.is_some()
+            || filter.provider_event_id.is_some()
+            || filter.status.is_some()
+            || filter.received_from.is_some()
+            || filter.received_to.is_some();
+        if !filtered {
+            return Err(AdminError::BadRequest(
+                "give at least one filter: source, event_type, provider_event_id, status, received_from or received_to".into(),
+            ));
+        }
+        if req.dry_run {
+            let matched = state.store.count_matching_events(&filter).await?;
+            return Ok(Reply::json(200, &DryRunReply { dry_run: true, matched }, false));
+        }
+        let routes: BTreeMap<String, Vec<String>> = state
+            .config
+            .sources
+            .values()
+            .filter(|s| s.tenant.as_str() == tenant.as_str())
+            .map(|s| {
+                let d = s.destinations.iter().map(|d| d.to_string()).collect();
+                (s.name.to_string(), d)
+            })
+            .collect();
+        let now = Utc::now();
+        let mut progress = idem.as_ref().and_then(|i| i.progress).unwrap_or_default();
+        state.admin_pause.pass().await;
+        loop {
+            let key = idem.as_ref().map(|i| i.progress_key());
+            let next = state
+                .store
+                .replay_events_batch(&filter, progress, REPLAY_BATCH, &routes, now, key)
+                .await?;
+            let finished = next.done - progress.done < REPLAY_BATCH;
+            progress = next;
+            if finished {
+                break;
+            }
+        }
+        Ok(Reply::json(202, &ReplayedReply { replayed: progress.done }, false))
+    })
+    .await
+}
