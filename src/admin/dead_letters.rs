@@ -104,7 +104,7 @@ pub async fn retry(
     let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
     let path = &path;
     idempotent(state, tenant, &request, body, move |idem| async move {
-        let found = job_in_tenant(&state, &tenant, &path).await?;
+        let found = job_in_tenant(state, tenant, path).await?;
         if found.job.status != JobStatus::Failed || found.job.discarded_at.is_some() {
             return Err(not_a_dead_letter(&found));
         }
@@ -143,7 +143,7 @@ pub async fn bulk_retry(
 ) -> Result<HttpResponse, AdminError> {
     let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
     idempotent(state, tenant, &request, body, move |idem| async move {
-        let req: BulkRetryRequest = serde_json::from_slice(&body)
+        let req: BulkRetryRequest = serde_json::from_slice(body)
             .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?;
         if req.destination.is_none() && req.source.is_none() {
             return Err(AdminError::BadRequest(

@@ -157,11 +157,11 @@ pub async fn replay_event(
     let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
     let path = &path;
     idempotent(state, tenant, &request, body, move |idem| async move {
-        let event = event_in_tenant(&state, &tenant, &path).await?;
+        let event = event_in_tenant(state, tenant, path).await?;
         let req: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
             ReplayRequest::default()
         } else {
-            serde_json::from_slice(&body)
+            serde_json::from_slice(body)
                 .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?
         };
         let routed: Vec<String> = state
@@ -229,7 +229,7 @@ pub async fn bulk_replay(
 ) -> Result<HttpResponse, AdminError> {
     let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
     idempotent(state, tenant, &request, body, move |idem| async move {
-        let req: BulkReplayRequest = serde_json::from_slice(&body)
+        let req: BulkReplayRequest = serde_json::from_slice(body)
             .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?;
         let filter = EventFilter {
             tenant: tenant.as_str().to_owned(),
