@@ -124,6 +124,7 @@ fn run(
         App::new()
             .app_data(state.clone())
             .configure(http::configure)
+            .configure(crate::admin::configure)
             .default_service(web::to(|| async {
                 HttpResponse::NotFound()
                     .json(json!({"error": {"code": "not_found", "message": "no such route"}}))

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin;
 mod concurrency;
 mod crash;
 mod delivery;

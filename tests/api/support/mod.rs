@@ -48,6 +48,14 @@ pub const GITHUB_SECRET: &str = "It's a Secret to Everybody";
 pub const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 pub const SVIX_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const MAX_BODY: usize = 4096;
+/// Admin tokens of the two tenants: `acme` owns the stripe source, `default` the others.
+pub const ACME_TOKEN: &str = "hg_acme_test_token_0123456789abcdefghijklmnopq";
+pub const DEFAULT_TOKEN: &str = "hg_default_test_token_0123456789abcdefghijklmn";
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
 
 /// The configuration every test starts from; tests adjust it through `spawn_app_with`.
 pub fn base_config() -> String {
@@ -88,6 +96,14 @@ provider = "svix"
 secrets = ["{SVIX_SECRET}"]
 destinations = ["billing"]
 
+[[admin.tokens]]
+tenant = "acme"
+token_sha256 = "{acme}"
+
+[[admin.tokens]]
+tenant = "default"
+token_sha256 = "{default}"
+
 [[destinations]]
 name = "billing"
 url = "http://127.0.0.1:9/billing"
@@ -97,7 +113,9 @@ signing_secret = "whsec_dGVzdC1iaWxsaW5nLXNpZ25pbmcta2V5"
 name = "audit"
 url = "http://127.0.0.1:9/audit"
 signing_secret = "whsec_dGVzdC1hdWRpdC1zaWduaW5nLWtleQ=="
-"#
+"#,
+        acme = sha256_hex(ACME_TOKEN),
+        default = sha256_hex(DEFAULT_TOKEN),
     )
 }
 
@@ -114,6 +132,7 @@ pub struct TestApp {
     /// The URL the gateway was configured with (after any rewrite by the test).
     pub database_url: String,
     pub config: std::sync::Arc<hookgate::config::GatewayConfig>,
+    pub admin_pause: hookgate::admin::SharedPause,
     handle: ServerHandle,
     // Dropped last: the database outlives the server using it.
     _db: DbGuard,
@@ -170,6 +189,7 @@ pub async fn spawn_app_with(
     let address = format!("http://127.0.0.1:{}", app.port());
     let store = app.store().clone();
     let config = app.config().clone();
+    let admin_pause = app.admin_pause().clone();
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestApp {
@@ -179,6 +199,7 @@ pub async fn spawn_app_with(
         backend,
         database_url: url,
         config,
+        admin_pause,
         handle,
         _db: guard,
     }
@@ -222,6 +243,41 @@ impl TestApp {
             req = req.header(k, v);
         }
         req.body(body).send().await.expect("request is sent")
+    }
+
+    /// An admin request with `token` (none when empty) and an optional Idempotency-Key.
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: Option<&str>,
+        key: Option<&str>,
+    ) -> reqwest::Response {
+        let mut req = self
+            .client
+            .request(method, self.url(&format!("/admin/v1{path}")));
+        if !token.is_empty() {
+            req = req.bearer_auth(token);
+        }
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("Content-Type", "application/json")
+                .body(b.to_owned());
+        }
+        req.send().await.expect("admin request is sent")
+    }
+
+    /// GET as `token`, expecting 200 and JSON.
+    pub async fn admin_json(&self, token: &str, path: &str) -> serde_json::Value {
+        let r = self
+            .admin(reqwest::Method::GET, token, path, None, None)
+            .await;
+        assert_eq!(r.status(), 200, "GET {path}");
+        r.json().await.unwrap()
     }
 
     pub fn worker(&self) -> hookgate::worker::Worker {
