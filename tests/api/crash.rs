@@ -47,6 +47,46 @@ impl RawConn {
     }
 }
 
+/// A second connection that can make the gateway's job inserts fail, as a store fault.
+pub struct RawConnHandle(tokio::sync::Mutex<RawConn>);
+
+impl RawConnHandle {
+    pub async fn open(app: &TestApp) -> Self {
+        Self(tokio::sync::Mutex::new(RawConn::open(app).await))
+    }
+
+    pub async fn install_job_insert_failure(&self, backend: Backend) {
+        let mut conn = self.0.lock().await;
+        match backend {
+            Backend::Sqlite => {
+                conn.exec(
+                    "CREATE TRIGGER crash_jobs BEFORE INSERT ON jobs \
+                     BEGIN SELECT RAISE(ABORT, 'injected crash'); END",
+                )
+                .await
+            }
+            Backend::Postgres => {
+                conn.exec(
+                    "CREATE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS \
+                     $$ BEGIN RAISE EXCEPTION 'injected crash'; END $$; \
+                     CREATE TRIGGER crash_jobs BEFORE INSERT ON jobs \
+                     FOR EACH ROW EXECUTE FUNCTION crash()",
+                )
+                .await
+            }
+        }
+    }
+
+    pub async fn remove_job_insert_failure(&self, backend: Backend) {
+        let mut conn = self.0.lock().await;
+        match backend {
+            Backend::Sqlite => conn.exec("DROP TRIGGER crash_jobs").await,
+            // Postgres names triggers per table, and the function is separate.
+            Backend::Postgres => conn.exec("DROP FUNCTION crash() CASCADE").await,
+        }
+    }
+}
+
 fn body(id: &str) -> String {
     format!(r#"{{"id":"{id}","type":"charge.succeeded"}}"#)
 }
@@ -55,25 +95,8 @@ fn body(id: &str) -> String {
 /// insert fail, as a crash there would stop it: the event must not be left without jobs.
 async fn a_failed_job_insert_rolls_back_the_event(backend: Backend) {
     let app = spawn_app(backend).await;
-    let mut conn = RawConn::open(&app).await;
-    match backend {
-        Backend::Sqlite => {
-            conn.exec(
-                "CREATE TRIGGER crash_jobs BEFORE INSERT ON jobs \
-                 BEGIN SELECT RAISE(ABORT, 'injected crash'); END",
-            )
-            .await
-        }
-        Backend::Postgres => {
-            conn.exec(
-                "CREATE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS \
-                 $$ BEGIN RAISE EXCEPTION 'injected crash'; END $$; \
-                 CREATE TRIGGER crash_jobs BEFORE INSERT ON jobs \
-                 FOR EACH ROW EXECUTE FUNCTION crash()",
-            )
-            .await
-        }
-    }
+    let conn = RawConnHandle::open(&app).await;
+    conn.install_job_insert_failure(backend).await;
     let r = app.post_stripe(&body("evt_half")).await;
     assert_eq!(error_code(r).await, (503, "store_unavailable".into()));
     assert_eq!(
@@ -82,11 +105,7 @@ async fn a_failed_job_insert_rolls_back_the_event(backend: Backend) {
         "no event without its jobs"
     );
 
-    match backend {
-        Backend::Sqlite => conn.exec("DROP TRIGGER crash_jobs").await,
-        // Postgres names triggers per table, and the function is separate.
-        Backend::Postgres => conn.exec("DROP FUNCTION crash() CASCADE").await,
-    }
+    conn.remove_job_insert_failure(backend).await;
     let r = app.post_stripe(&body("evt_half")).await;
     assert_eq!(r.status(), 200);
     let event = app

@@ -4,9 +4,11 @@
 mod support;
 
 mod admin;
+mod bulk;
 mod concurrency;
 mod crash;
 mod delivery;
+mod idempotency;
 mod ingest;
 mod limits;
 mod outage;
