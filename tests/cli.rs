@@ -102,6 +102,13 @@ fn check_rejects_bad_configs_naming_the_key() {
         &[],
         "sources[0].name",
     );
+    let token = |digest: &str| {
+        format!("{VALID}\n[[admin.tokens]]\ntenant = \"acme\"\ntoken_sha256 = \"{digest}\"\n")
+    };
+    assert!(check(&token(&"ab".repeat(32)), &[]).status.success());
+    for bad in ["", "abc", &"zz".repeat(32), &"ab".repeat(33)] {
+        assert_rejected_naming(&token(bad), &[], "admin.tokens[0].token_sha256");
+    }
     assert_rejected_naming(
         &VALID.replace(
             r#"url = "http://127.0.0.1:9000/x""#,
