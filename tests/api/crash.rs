@@ -77,6 +77,22 @@ impl RawConnHandle {
         }
     }
 
+    /// Backdates a key's record by a day, as if its request had been abandoned long ago.
+    pub async fn age_idempotency_key(&self, key: &str) {
+        let mut conn = self.0.lock().await;
+        let sql = match &*conn {
+            RawConn::Sqlite(_) => format!(
+                "UPDATE idempotency_keys SET updated_at = updated_at - 86400000 \
+                 WHERE idempotency_key = '{key}'"
+            ),
+            RawConn::Postgres(_) => format!(
+                "UPDATE idempotency_keys SET updated_at = updated_at - interval '1 day' \
+                 WHERE idempotency_key = '{key}'"
+            ),
+        };
+        conn.exec(&sql).await;
+    }
+
     pub async fn remove_job_insert_failure(&self, backend: Backend) {
         let mut conn = self.0.lock().await;
         match backend {

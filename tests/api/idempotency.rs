@@ -21,6 +21,7 @@ both_backends!(
     keys_expire_after_the_window,
     without_a_key_every_request_runs,
     a_retried_bulk_replay_is_not_repeated,
+    an_interrupted_bulk_replay_resumes_after_its_last_batch,
 );
 
 async fn jobs_of(app: &TestApp, event: hookgate::domain::EventId) -> usize {
@@ -356,4 +357,76 @@ async fn a_retried_bulk_replay_is_not_repeated(backend: Backend) {
     assert_eq!(retry.bytes().await.unwrap(), first_body);
     assert_eq!(jobs_of(&app, a).await, 4);
     assert_eq!(jobs_of(&app, b).await, 4);
+}
+
+async fn an_interrupted_bulk_replay_resumes_after_its_last_batch(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    let events = [
+        app.ingest_stripe("evt_resume_a").await,
+        app.ingest_stripe("evt_resume_b").await,
+        app.ingest_stripe("evt_resume_c").await,
+    ];
+    let body = r#"{"source":"stripe"}"#;
+    let hash = request_hash("POST", "/admin/v1/replay", body.as_bytes());
+    let now = Utc::now();
+    // A bulk replay that started an hour ago, committed one batch, and died.
+    app.store
+        .idempotency_begin(
+            "acme",
+            "resume",
+            &hash,
+            now - chrono::Duration::hours(1),
+            now,
+        )
+        .await
+        .unwrap();
+    let filter = hookgate::store::EventFilter {
+        tenant: "acme".into(),
+        source: Some("stripe".into()),
+        ..Default::default()
+    };
+    let routes = std::collections::BTreeMap::from([(
+        "stripe".to_owned(),
+        vec!["billing".to_owned(), "audit".to_owned()],
+    )]);
+    let key = hookgate::store::ProgressKey {
+        tenant: "acme",
+        key: "resume",
+    };
+    let done = app
+        .store
+        .replay_events_batch(
+            &filter,
+            Default::default(),
+            1,
+            &routes,
+            now - chrono::Duration::hours(1),
+            Some(key),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.done, 1);
+    // Make the record look abandoned again (the batch refreshed it).
+    let conn = crate::crash::RawConnHandle::open(&app).await;
+    conn.age_idempotency_key("resume").await;
+
+    let r = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            "/replay",
+            Some(body),
+            Some("resume"),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["replayed"], 3);
+    for e in events {
+        assert_eq!(
+            jobs_of(&app, e).await,
+            4,
+            "each event replayed exactly once"
+        );
+    }
 }
