@@ -48,6 +48,14 @@ pub enum Command {
     /// Admin tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Stored events, through a running gateway's admin API.
+    #[command(subcommand)]
+    Events(crate::cli_admin::EventsCommand),
+    /// Replay one event, or every event matching a filter, through the admin API.
+    Replay(crate::cli_admin::ReplayArgs),
+    /// Dead letters (failed jobs), through the admin API.
+    #[command(subcommand)]
+    DeadLetters(crate::cli_admin::DeadLettersCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,6 +70,9 @@ pub enum TokenCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config, role } => serve(&config, role).await?,
+        Command::Events(command) => crate::cli_admin::events(command).await?,
+        Command::Replay(args) => crate::cli_admin::replay(args).await?,
+        Command::DeadLetters(command) => crate::cli_admin::dead_letters(command).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod cli_admin;
 pub mod config;
 pub mod delivery;
 pub mod domain;

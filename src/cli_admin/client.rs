@@ -181,7 +181,9 @@ pub fn idempotency_key(given: Option<&str>, json: bool) -> anyhow::Result<String
     // Before the request, so the key is known even if the answer never arrives. Scripts
     // (`--json`) are expected to pass their own key when they care about retrying.
     if !json {
-        eprintln!("Idempotency-Key: {key} (to repeat this request safely, pass --idempotency-key {key})");
+        eprintln!(
+            "Idempotency-Key: {key} (to repeat this request safely, pass --idempotency-key {key})"
+        );
     }
     Ok(key)
 }

@@ -32,10 +32,13 @@ pub struct ApiArgs {
 /// Event filters, shared by `events list` and bulk `replay` as the API shares them.
 #[derive(Debug, Clone, Args)]
 pub struct EventFilterArgs {
+    /// Events received by this source.
     #[arg(long)]
     pub source: Option<String>,
+    /// Events of this type (e.g. invoice.paid).
     #[arg(long)]
     pub event_type: Option<String>,
+    /// The provider's own event id.
     #[arg(long)]
     pub provider_event_id: Option<String>,
     /// Events with at least one job in this status.
@@ -52,8 +55,10 @@ pub struct EventFilterArgs {
 /// Dead-letter filters, shared by `dead-letters list` and bulk `dead-letters retry`.
 #[derive(Debug, Clone, Args)]
 pub struct DeadLetterFilterArgs {
+    /// Jobs for this destination.
     #[arg(long)]
     pub destination: Option<String>,
+    /// Jobs for events received by this source.
     #[arg(long)]
     pub source: Option<String>,
 }
@@ -106,7 +111,11 @@ pub struct ReplayArgs {
     )]
     pub id: Option<String>,
     /// Replay to this destination only (repeatable; default: all of the source's).
-    #[arg(long = "destination", requires = "id")]
+    #[arg(
+        long = "destination",
+        value_name = "DESTINATION",
+        conflicts_with = "EventFilterArgs"
+    )]
     pub destinations: Vec<String>,
     #[command(flatten)]
     pub filter: EventFilterArgs,
@@ -197,6 +206,8 @@ impl DeadLetterFilterArgs {
     }
 }
 
+/// serde_json's map is sorted, so the same flags always give the same bytes: a repeat with the
+/// same Idempotency-Key must send an identical body or the API refuses it as a reuse.
 fn to_json_object(pairs: Vec<(&'static str, String)>) -> Map<String, Value> {
     pairs
         .into_iter()
@@ -280,9 +291,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         let body = (!args.destinations.is_empty())
             .then(|| serde_json::to_vec(&json!({ "destinations": args.destinations })))
             .transpose()?;
-        let reply = client
-            .post(&["events", id, "replay"], body, &key)
-            .await?;
+        let reply = client.post(&["events", id, "replay"], body, &key).await?;
         if args.api.json {
             return render::emit(&reply.body);
         }
@@ -347,13 +356,18 @@ pub async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
             let client = Api::new(&api)?;
             let key = client::idempotency_key(idempotency_key.as_deref(), api.json)?;
             let reply = match &job_id {
-                Some(id) => client.post(&["dead-letters", id, "retry"], None, &key),
+                Some(id) => {
+                    client
+                        .post(&["dead-letters", id, "retry"], None, &key)
+                        .await?
+                }
                 None => {
                     let body = serde_json::to_vec(&to_json_object(filter.pairs()))?;
-                    client.post(&["dead-letters", "retry"], Some(body), &key)
+                    client
+                        .post(&["dead-letters", "retry"], Some(body), &key)
+                        .await?
                 }
-            }
-            .await?;
+            };
             if api.json {
                 return render::emit(&reply.body);
             }

@@ -1,0 +1,411 @@
+//! `hookgate events|replay|dead-letters` run as the real binary against a real `hookgate serve`
+//! (SQLite, `--role api`, so nothing is delivered unless a test starts a worker).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const TOKEN: &str = "hg_test_admin_token";
+const STRIPE_SECRET: &str = "whsec_demo_stripe_secret";
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+    // The developer's own overrides must not leak into these tests.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HOOKGATE") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `serve --role api` with its own database, and what the tests need to reach it.
+struct Gateway {
+    _server: KillOnDrop,
+    _dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    address: String,
+}
+
+/// Starts `serve` and returns it with the address from its first line of output, which is
+/// "hookgate listening on http://127.0.0.1:PORT (store: ..., role: ...)".
+fn spawn_serve(mut cmd: Command) -> (KillOnDrop, String) {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let address = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    (child, address)
+}
+
+fn config(db: &Path, destination_url: &str) -> String {
+    let digest = hex::encode(Sha256::digest(TOKEN.as_bytes()));
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+
+[database]
+url = "sqlite://{}"
+
+[worker]
+poll_interval = "1h"
+
+[[admin.tokens]]
+tenant = "default"
+token_sha256 = "{digest}"
+
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["{STRIPE_SECRET}"]
+destinations = ["billing"]
+
+[[destinations]]
+name = "billing"
+url = "{destination_url}"
+signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
+"#,
+        db.display()
+    )
+}
+
+fn start_gateway(destination_url: &str) -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &config_path,
+        config(&dir.path().join("admin.db"), destination_url),
+    )
+    .unwrap();
+    let mut cmd = bin();
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--role")
+        .arg("api");
+    let (server, address) = spawn_serve(cmd);
+    Gateway {
+        _server: server,
+        _dir: dir,
+        config: config_path,
+        address,
+    }
+}
+
+impl Gateway {
+    /// Posts a Stripe event signed like the README's curl example; returns hookgate's id.
+    fn ingest(&self, body: &str) -> String {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut mac = Hmac::<Sha256>::new_from_slice(STRIPE_SECRET.as_bytes()).unwrap();
+        mac.update(format!("{ts}.{body}").as_bytes());
+        let signature = format!("t={ts},v1={}", hex::encode(mac.finalize().into_bytes()));
+        let url = format!("{}/webhooks/stripe", self.address);
+        let body = body.to_owned();
+        let answer: Value = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(async move {
+                let response = reqwest::Client::new()
+                    .post(url)
+                    .header("Content-Type", "application/json")
+                    .header("Stripe-Signature", signature)
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success(), "{}", response.status());
+                response.json().await.unwrap()
+            });
+        answer["id"].as_str().unwrap().to_owned()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with_token(args, TOKEN)
+    }
+
+    fn run_with_token(&self, args: &[&str], token: &str) -> Output {
+        bin()
+            .args(args)
+            .env("HOOKGATE_URL", &self.address)
+            .env("HOOKGATE_ADMIN_TOKEN", token)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a command that must succeed; returns (stdout, stderr).
+    fn ok(&self, args: &[&str]) -> (String, String) {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "hookgate {args:?} failed:\n{stderr}{stdout}"
+        );
+        (stdout, stderr)
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut with_json = args.to_vec();
+        with_json.push("--json");
+        let (stdout, _) = self.ok(&with_json);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    }
+
+    /// Runs a command that must fail; returns its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "hookgate {args:?} succeeded");
+        stderr
+    }
+}
+
+fn stripe_event(id: &str, kind: &str) -> String {
+    format!(r#"{{"id":"{id}","object":"event","type":"{kind}","note":"naïve ☃  "}}"#) + "\n"
+}
+
+#[test]
+fn events_list_show_and_replay_through_the_admin_api() {
+    let gw = start_gateway("http://127.0.0.1:9/x");
+    let first_body = stripe_event("evt_cli_1", "invoice.paid");
+    let first = gw.ingest(&first_body);
+    gw.ingest(&stripe_event("evt_cli_2", "invoice.paid"));
+    gw.ingest(&stripe_event("evt_cli_3", "customer.created"));
+
+    let (table, _) = gw.ok(&["events", "list"]);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(table.contains("PROVIDER EVENT ID"), "{table}");
+    for id in ["evt_cli_1", "evt_cli_2", "evt_cli_3", &first] {
+        assert!(table.contains(id), "{id} missing from\n{table}");
+    }
+    let listed = gw.json(&["events", "list"]);
+    assert_eq!(listed["data"].as_array().unwrap().len(), 3, "{listed}");
+    let typed = gw.json(&["events", "list", "--event-type", "customer.created"]);
+    assert_eq!(
+        typed["data"][0]["provider_event_id"], "evt_cli_3",
+        "{typed}"
+    );
+    assert_eq!(typed["data"].as_array().unwrap().len(), 1, "{typed}");
+
+    // Pages: a hint with the cursor, and --all follows it to the end.
+    let (page, hint) = gw.ok(&["events", "list", "--limit", "2"]);
+    assert_eq!(page.lines().count(), 3, "{page}");
+    assert!(hint.contains("--cursor "), "{hint}");
+    let all = gw.json(&["events", "list", "--limit", "2", "--all"]);
+    assert_eq!(all["data"].as_array().unwrap().len(), 3, "{all}");
+    assert_eq!(all["next_cursor"], Value::Null);
+
+    let (shown, _) = gw.ok(&["events", "show", &first]);
+    assert!(shown.contains("evt_cli_1"), "{shown}");
+    assert!(shown.contains("billing"), "the job's destination: {shown}");
+    assert!(shown.contains("pending"), "{shown}");
+    let detail = gw.json(&["events", "show", &first]);
+    assert_eq!(detail["jobs"][0]["destination"], "billing", "{detail}");
+    let raw = gw.run(&["events", "show", &first, "--raw"]);
+    assert!(raw.status.success());
+    assert_eq!(
+        raw.stdout,
+        first_body.as_bytes(),
+        "--raw prints the exact bytes"
+    );
+
+    let replayed = gw.json(&["replay", &first]);
+    let jobs = replayed["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{replayed}");
+    assert_eq!(jobs[0]["destination"], "billing");
+    assert_eq!(jobs[0]["status"], "pending");
+    let (queued, note) = gw.ok(&["replay", &first, "--destination", "billing"]);
+    assert!(queued.contains("queued 1 job(s)"), "{queued}");
+    assert!(note.contains("Idempotency-Key: "), "{note}");
+    let refused = gw.fails(&["replay", &first, "--destination", "nowhere"]);
+    assert!(refused.contains("unprocessable"), "{refused}");
+
+    let dry = gw.json(&["replay", "--source", "stripe", "--dry-run"]);
+    assert_eq!(dry["matched"], 3, "{dry}");
+    let (dry_text, _) = gw.ok(&["replay", "--source", "stripe", "--dry-run"]);
+    assert!(dry_text.contains("3 event(s) match"), "{dry_text}");
+    let (bulk, _) = gw.ok(&[
+        "replay",
+        "--source",
+        "stripe",
+        "--event-type",
+        "invoice.paid",
+    ]);
+    assert!(bulk.contains("replayed 2 event(s)"), "{bulk}");
+    let bulk = gw.json(&["replay", "--source", "stripe"]);
+    assert_eq!(bulk["replayed"], 3, "{bulk}");
+    // 1 original + 2 single replays + 2 bulk replays.
+    let detail = gw.json(&["events", "show", &first]);
+    assert_eq!(detail["jobs"].as_array().unwrap().len(), 5, "{detail}");
+
+    let (empty, _) = gw.ok(&["dead-letters", "list"]);
+    assert_eq!(empty, "no dead letters\n");
+}
+
+/// A one-thread HTTP server answering 410 Gone, which fails a delivery job at once.
+fn start_gone_sink() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 410 Gone\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    url
+}
+
+#[test]
+fn dead_letters_list_retry_and_discard_through_the_admin_api() {
+    let gw = start_gateway(&start_gone_sink());
+    let events: Vec<String> = (1..=3)
+        .map(|i| gw.ingest(&stripe_event(&format!("evt_dead_{i}"), "invoice.paid")))
+        .collect();
+
+    // A worker for a moment, so the three jobs meet the 410 and become dead letters.
+    let worker = bin()
+        .arg("serve")
+        .arg("--config")
+        .arg(&gw.config)
+        .arg("--role")
+        .arg("worker")
+        .env("HOOKGATE__WORKER__POLL_INTERVAL", "100ms")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let worker = KillOnDrop(worker);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dead = loop {
+        let page = gw.json(&["dead-letters", "list"]);
+        if page["data"].as_array().unwrap().len() == 3 {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "no dead letters: {page}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(worker);
+    let job_of = |event: &str| -> String {
+        dead["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["event"]["id"] == event)
+            .unwrap_or_else(|| panic!("no dead letter for {event}: {dead}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let jobs: Vec<String> = events.iter().map(|e| job_of(e)).collect();
+
+    let (table, _) = gw.ok(&["dead-letters", "list", "--source", "stripe"]);
+    assert!(table.starts_with("JOB ID"), "{table}");
+    assert!(table.contains("HTTP 410"), "{table}");
+    for id in jobs.iter().chain(&events) {
+        assert!(table.contains(id.as_str()), "{id} missing from\n{table}");
+    }
+    let (shown, _) = gw.ok(&["events", "show", &events[0]]);
+    assert!(shown.contains("attempts of job"), "{shown}");
+    assert!(shown.contains("HTTP 410"), "{shown}");
+
+    let (retried, note) = gw.ok(&["dead-letters", "retry", &jobs[0]]);
+    assert!(retried.contains("pending again"), "{retried}");
+    assert!(note.contains("Idempotency-Key: cli-"), "{note}");
+    let (discarded, _) = gw.ok(&["dead-letters", "discard", &jobs[1]]);
+    assert!(discarded.contains(&jobs[1]), "{discarded}");
+    let again = gw.fails(&["dead-letters", "discard", &jobs[1]]);
+    assert!(again.contains("conflict"), "{again}");
+    assert!(again.contains("(HTTP 409)"), "{again}");
+
+    // The same key twice acts once and answers the same.
+    let bulk = ["dead-letters", "retry", "--source", "stripe"];
+    let keyed = [&bulk[..], &["--idempotency-key", "test-bulk-retry-1"]].concat();
+    let (first, _) = gw.ok(&keyed);
+    assert_eq!(first, "retried 1 dead letter(s)\n");
+    let (repeat, note) = gw.ok(&keyed);
+    assert_eq!(repeat, first);
+    assert!(note.contains("used before"), "{note}");
+    let none = gw.json(&bulk);
+    assert_eq!(none["retried"], 0, "{none}");
+
+    let (empty, _) = gw.ok(&["dead-letters", "list"]);
+    assert_eq!(empty, "no dead letters\n");
+    let detail = gw.json(&["events", "show", &events[1]]);
+    assert!(detail["jobs"][0]["discarded_at"].is_string(), "{detail}");
+}
+
+#[test]
+fn errors_name_the_api_code_and_exit_non_zero() {
+    let gw = start_gateway("http://127.0.0.1:9/x");
+
+    let out = gw.run_with_token(&["events", "list"], "not-the-token");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("error: unauthorized: "), "{stderr}");
+    assert!(stderr.contains("(HTTP 401)"), "{stderr}");
+
+    let missing = gw.fails(&["events", "show", "0190f3a4-0000-7000-8000-000000000000"]);
+    assert!(missing.contains("not_found"), "{missing}");
+    assert!(missing.contains("(HTTP 404)"), "{missing}");
+
+    let bad_cursor = gw.fails(&["events", "list", "--cursor", "nope"]);
+    assert!(bad_cursor.contains("bad_request"), "{bad_cursor}");
+
+    // No filter at all is refused before anything is sent.
+    let unfiltered = gw.fails(&["replay"]);
+    assert!(unfiltered.contains("<ID>"), "{unfiltered}");
+
+    let out = bin()
+        .args([
+            "events",
+            "list",
+            "--url",
+            "http://127.0.0.1:9",
+            "--token",
+            TOKEN,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("could not connect to hookgate at http://127.0.0.1:9/"),
+        "{stderr}"
+    );
+}
