@@ -13,6 +13,7 @@ macro_rules! dispatch {
 mod admin;
 mod admin_sql;
 mod admin_types;
+mod batch;
 mod idempotency;
 mod postgres;
 mod sqlite;
@@ -115,7 +116,21 @@ impl Store {
     /// Inserts the event and, only if it is new, one pending job per destination, in one
     /// transaction. A concurrent insert of the same (source, provider id) ends as `Duplicate`.
     pub async fn insert_event(&self, event: &NewEvent<'_>) -> Result<InsertOutcome, StoreError> {
-        dispatch!(self, s => s.insert_event(event).await)
+        let outcomes = self.insert_events(std::slice::from_ref(event)).await?;
+        Ok(outcomes[0])
+    }
+
+    /// Group commit: a batch of events in one transaction. Each event's outcome is as if it
+    /// were inserted alone; copies of one event in the batch make one row, and every copy is
+    /// answered with its id. If the transaction fails, every event in it fails.
+    pub async fn insert_events(
+        &self,
+        events: &[NewEvent<'_>],
+    ) -> Result<Vec<InsertOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        dispatch!(self, s => s.insert_events(events).await)
     }
 
     pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {

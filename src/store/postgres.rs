@@ -2,6 +2,7 @@
 
 mod admin;
 
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +12,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
-    headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
+    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
     JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
 };
 use crate::config::DatabaseConfig;
@@ -55,65 +56,100 @@ impl PgStore {
         Ok(())
     }
 
-    pub async fn insert_event(&self, e: &NewEvent<'_>) -> Result<InsertOutcome, StoreError> {
+    /// Writes a batch in one transaction: one multi-row insert for the events (ON CONFLICT
+    /// waits for a concurrent inserter of the same key, so exactly one transaction creates a
+    /// row), one for the jobs of the events it created, one commit for all.
+    pub async fn insert_events(
+        &self,
+        events: &[NewEvent<'_>],
+    ) -> Result<Vec<InsertOutcome>, StoreError> {
+        let (uniques, slot) = batch::dedupe(events);
+        let rows: Vec<&NewEvent<'_>> = uniques.iter().map(|&i| &events[i]).collect();
         let mut tx = self.pool.begin().await?;
-        // ON CONFLICT waits for a concurrent inserter of the same key to commit or roll back,
-        // so exactly one transaction creates the row and the others see it as a duplicate.
-        let created: Option<Uuid> = sqlx::query_scalar(
+        let created: Vec<Uuid> = sqlx::query_scalar(
             "INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
-             content_type, headers, body, verified_scheme, verified_secret_index) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11) \
+                content_type, headers, body, verified_scheme, verified_secret_index) \
+             SELECT id, tenant, source, pid, etype, rat, ctype, h::jsonb, body, scheme, idx \
+             FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::text[], $11::int4[]) \
+                AS t(id, tenant, source, pid, etype, rat, ctype, h, body, scheme, idx) \
              ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id",
         )
-        .bind(e.id.as_uuid())
-        .bind(e.tenant.as_str())
-        .bind(e.source.as_str())
-        .bind(e.provider_event_id.as_str())
-        .bind(e.event_type)
-        .bind(e.received_at)
-        .bind(e.content_type)
-        .bind(&e.headers_json)
-        .bind(e.body)
-        .bind(e.verified_scheme)
-        .bind(e.verified_secret_index)
-        .fetch_optional(&mut *tx)
+        .bind(rows.iter().map(|e| e.id.as_uuid()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.tenant.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.provider_event_id.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.event_type).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.received_at).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.content_type).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.headers_json.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.body).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.verified_scheme).collect::<Vec<_>>())
+        .bind(rows.iter().map(|e| e.verified_secret_index).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
         .await?;
+        let created: HashSet<Uuid> = created.into_iter().collect();
 
-        let Some(id) = created else {
-            let existing: Option<Uuid> = sqlx::query_scalar(
-                "SELECT id FROM events WHERE source = $1 AND provider_event_id = $2",
+        let conflicted: Vec<&NewEvent<'_>> = rows
+            .iter()
+            .copied()
+            .filter(|e| !created.contains(&e.id.as_uuid()))
+            .collect();
+        let mut existing: HashMap<(String, String), Uuid> = HashMap::new();
+        if !conflicted.is_empty() {
+            let found: Vec<(Uuid, String, String)> = sqlx::query_as(
+                "SELECT e.id, e.source, e.provider_event_id FROM events e \
+                 JOIN UNNEST($1::text[], $2::text[]) AS k(source, pid) \
+                 ON e.source = k.source AND e.provider_event_id = k.pid",
             )
-            .bind(e.source.as_str())
-            .bind(e.provider_event_id.as_str())
-            .fetch_optional(&mut *tx)
+            .bind(conflicted.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
+            .bind(conflicted.iter().map(|e| e.provider_event_id.as_str()).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
             .await?;
-            tx.rollback().await?;
-            return existing
-                .map(|id| InsertOutcome::Duplicate(EventId::from_uuid(id)))
-                .ok_or_else(|| {
+            existing = found.into_iter().map(|(id, s, p)| ((s, p), id)).collect();
+        }
+        let mut outcomes = Vec::with_capacity(rows.len());
+        let (mut job_ids, mut job_events, mut job_destinations, mut job_times) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for e in &rows {
+            if created.contains(&e.id.as_uuid()) {
+                outcomes.push(InsertOutcome::Created(e.id));
+                for d in e.destinations {
+                    job_ids.push(JobId::generate().as_uuid());
+                    job_events.push(e.id.as_uuid());
+                    job_destinations.push(d.as_str());
+                    job_times.push(e.received_at);
+                }
+            } else {
+                let key = (e.source.to_string(), e.provider_event_id.to_string());
+                let id = existing.get(&key).ok_or_else(|| {
                     StoreError::Corrupt("conflicting event vanished before it could be read".into())
-                });
-        };
-
-        for destination in e.destinations {
+                })?;
+                outcomes.push(InsertOutcome::Duplicate(EventId::from_uuid(*id)));
+            }
+        }
+        if !job_ids.is_empty() {
             sqlx::query(
                 "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-                 created_at, updated_at) VALUES ($1, $2, $3, 'pending', 0, $4, $4, $4)",
+                    created_at, updated_at) \
+                 SELECT id, event_id, destination, 'pending', 0, t, t, t \
+                 FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[]) \
+                    AS j(id, event_id, destination, t)",
             )
-            .bind(JobId::generate().as_uuid())
-            .bind(id)
-            .bind(destination.as_str())
-            .bind(e.received_at)
+            .bind(job_ids)
+            .bind(job_events)
+            .bind(job_destinations)
+            .bind(job_times)
             .execute(&mut *tx)
             .await?;
+            // Delivered to listening workers when (and only if) the transaction commits.
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(JOBS_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
         }
-        // Delivered to listening workers when (and only if) the transaction commits.
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(JOBS_CHANNEL)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
-        Ok(InsertOutcome::Created(EventId::from_uuid(id)))
+        Ok(batch::answers(&uniques, &slot, &outcomes))
     }
 
     pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {

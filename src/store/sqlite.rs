@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
+    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
     JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
 };
 use crate::config::DatabaseConfig;
@@ -83,32 +83,47 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub async fn insert_event(&self, e: &NewEvent<'_>) -> Result<InsertOutcome, StoreError> {
+    /// Writes a batch in one transaction, so the whole batch costs one fsync.
+    pub async fn insert_events(
+        &self,
+        events: &[NewEvent<'_>],
+    ) -> Result<Vec<InsertOutcome>, StoreError> {
+        let (uniques, slot) = batch::dedupe(events);
         // IMMEDIATE takes the write lock up front, so the transaction never has to upgrade a
         // read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let id = e.id.to_string();
-        let created: Option<String> = sqlx::query_scalar(
-            "INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
-             content_type, headers, body, verified_scheme, verified_secret_index) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id",
-        )
-        .bind(&id)
-        .bind(e.tenant.as_str())
-        .bind(e.source.as_str())
-        .bind(e.provider_event_id.as_str())
-        .bind(e.event_type)
-        .bind(millis(e.received_at))
-        .bind(e.content_type)
-        .bind(&e.headers_json)
-        .bind(e.body)
-        .bind(e.verified_scheme)
-        .bind(e.verified_secret_index)
-        .fetch_optional(&mut *tx)
-        .await?;
-
-        if created.is_none() {
+        let mut outcomes = Vec::with_capacity(uniques.len());
+        let mut queued = false;
+        for &i in &uniques {
+            let e = &events[i];
+            let id = e.id.to_string();
+            let created: Option<String> = sqlx::query_scalar(
+                "INSERT INTO events (id, tenant, source, provider_event_id, event_type, \
+                 received_at, content_type, headers, body, verified_scheme, verified_secret_index) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id",
+            )
+            .bind(&id)
+            .bind(e.tenant.as_str())
+            .bind(e.source.as_str())
+            .bind(e.provider_event_id.as_str())
+            .bind(e.event_type)
+            .bind(millis(e.received_at))
+            .bind(e.content_type)
+            .bind(&e.headers_json)
+            .bind(e.body)
+            .bind(e.verified_scheme)
+            .bind(e.verified_secret_index)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if created.is_some() {
+                for destination in e.destinations {
+                    insert_job(&mut tx, &id, destination.as_str(), millis(e.received_at)).await?;
+                    queued = true;
+                }
+                outcomes.push(InsertOutcome::Created(e.id));
+                continue;
+            }
             let existing: Option<String> = sqlx::query_scalar(
                 "SELECT id FROM events WHERE source = ? AND provider_event_id = ?",
             )
@@ -116,22 +131,18 @@ impl SqliteStore {
             .bind(e.provider_event_id.as_str())
             .fetch_optional(&mut *tx)
             .await?;
-            tx.rollback().await?;
             let existing = existing.ok_or_else(|| {
                 StoreError::Corrupt("conflicting event vanished before it could be read".into())
             })?;
-            return Ok(InsertOutcome::Duplicate(EventId::from_uuid(parse_uuid(
+            outcomes.push(InsertOutcome::Duplicate(EventId::from_uuid(parse_uuid(
                 &existing,
             )?)));
         }
-
-        let now = millis(e.received_at);
-        for destination in e.destinations {
-            insert_job(&mut tx, &id, destination.as_str(), now).await?;
-        }
         tx.commit().await?;
-        self.job_signal.notify_one();
-        Ok(InsertOutcome::Created(e.id))
+        if queued {
+            self.job_signal.notify_one();
+        }
+        Ok(batch::answers(&uniques, &slot, &outcomes))
     }
 
     pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {
