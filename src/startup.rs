@@ -11,6 +11,7 @@ use serde_json::json;
 use crate::admin::SharedPause;
 use crate::config::{ConfigError, GatewayConfig, Settings};
 use crate::http::{self, AppState};
+use crate::ingest::IngestBatcher;
 use crate::store::{Store, StoreError};
 use crate::worker::{Reconciler, Worker};
 use tokio::sync::watch;
@@ -46,6 +47,7 @@ pub struct Application {
     store: Store,
     config: Arc<GatewayConfig>,
     admin_pause: SharedPause,
+    batcher: IngestBatcher,
 }
 
 impl Application {
@@ -65,18 +67,29 @@ impl Application {
             .map_err(|source| StartupError::Bind { address, source })?
             .port();
         let admin_pause = SharedPause::default();
-        let server = run(listener, store.clone(), config.clone(), admin_pause.clone()).map_err(
-            |source| StartupError::Bind {
-                address: config.server.listen.clone(),
-                source,
-            },
-        )?;
+        let batcher = IngestBatcher::start(
+            store.clone(),
+            store.write_parallelism(config.server.ingest_writers),
+            config.server.ingest_batch_max,
+        );
+        let server = run(
+            listener,
+            store.clone(),
+            config.clone(),
+            admin_pause.clone(),
+            batcher.clone(),
+        )
+        .map_err(|source| StartupError::Bind {
+            address: config.server.listen.clone(),
+            source,
+        })?;
         Ok(Self {
             port,
             server,
             store,
             config,
             admin_pause,
+            batcher,
         })
     }
 
@@ -90,6 +103,11 @@ impl Application {
 
     pub fn config(&self) -> &Arc<GatewayConfig> {
         &self.config
+    }
+
+    /// The ingest group-commit writer (tests hold it to batch requests together).
+    pub fn batcher(&self) -> &IngestBatcher {
+        &self.batcher
     }
 
     /// Tests arm this to hold an admin action mid-way (see `admin::PausePoint`).
@@ -113,12 +131,14 @@ fn run(
     store: Store,
     config: Arc<GatewayConfig>,
     admin_pause: SharedPause,
+    batcher: IngestBatcher,
 ) -> std::io::Result<Server> {
     let request_timeout = config.server.request_timeout;
     let state = web::Data::new(AppState {
         store,
         config,
         admin_pause,
+        batcher,
     });
     let server = HttpServer::new(move || {
         App::new()

@@ -42,6 +42,19 @@ pub struct ServerSettings {
     /// How long a client may take to send its headers (slow clients are cut off).
     #[serde(default = "default_request_timeout")]
     pub request_timeout: String,
+    /// Group commit: at most this many concurrent ingest requests share one transaction.
+    #[serde(default = "default_ingest_batch_max")]
+    pub ingest_batch_max: usize,
+    /// Group commit: ingest transactions in flight at once (SQLite always uses 1).
+    #[serde(default = "default_ingest_writers")]
+    pub ingest_writers: usize,
+}
+
+fn default_ingest_batch_max() -> usize {
+    128
+}
+fn default_ingest_writers() -> usize {
+    4
 }
 
 impl Default for ServerSettings {
@@ -51,6 +64,8 @@ impl Default for ServerSettings {
             max_body_bytes: default_max_body_bytes(),
             retry_after_seconds: default_retry_after(),
             request_timeout: default_request_timeout(),
+            ingest_batch_max: default_ingest_batch_max(),
+            ingest_writers: default_ingest_writers(),
         }
     }
 }

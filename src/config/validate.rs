@@ -20,6 +20,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     pub retry_after_seconds: u64,
     pub request_timeout: Duration,
+    pub ingest_batch_max: usize,
+    pub ingest_writers: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -136,7 +138,15 @@ impl GatewayConfig {
             max_body_bytes: s.max_body_bytes,
             retry_after_seconds: s.retry_after_seconds.max(1),
             request_timeout: duration("server.request_timeout", &s.request_timeout)?,
+            ingest_batch_max: s.ingest_batch_max,
+            ingest_writers: s.ingest_writers,
         };
+        if server.ingest_batch_max == 0 {
+            return Err(invalid("server.ingest_batch_max", "must be positive"));
+        }
+        if server.ingest_writers == 0 {
+            return Err(invalid("server.ingest_writers", "must be positive"));
+        }
         let d = &settings.database;
         if !(d.url.starts_with("sqlite:")
             || d.url.starts_with("postgres://")

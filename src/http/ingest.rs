@@ -39,16 +39,17 @@ pub async fn receive_webhook(
         Verified::Event(event) => event,
     };
     let retry_after = state.config.server.retry_after_seconds;
-    let outcome = ingest(&state.store, source, &event, now)
+    let provider_event_id = event.provider_event_id().clone();
+    let outcome = ingest(&state.batcher, source, event, now)
         .await
         .map_err(|e| ApiError::from_ingest(e, retry_after))?;
     let response = match outcome {
         IngestOutcome::Accepted(id) => {
-            tracing::info!(source = %source.name, event_id = %id, provider_event_id = %event.provider_event_id(), outcome = "accepted", "webhook stored");
+            tracing::info!(source = %source.name, event_id = %id, provider_event_id = %provider_event_id, outcome = "accepted", "webhook stored");
             HttpResponse::Ok().json(json!({"id": id.to_string(), "duplicate": false}))
         }
         IngestOutcome::Duplicate(id) => {
-            tracing::info!(source = %source.name, event_id = %id, provider_event_id = %event.provider_event_id(), outcome = "duplicate", "webhook already stored");
+            tracing::info!(source = %source.name, event_id = %id, provider_event_id = %provider_event_id, outcome = "duplicate", "webhook already stored");
             HttpResponse::Ok()
                 .insert_header(("Idempotent-Replayed", "true"))
                 .json(json!({"id": id.to_string(), "duplicate": true}))

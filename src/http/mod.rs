@@ -19,6 +19,8 @@ pub struct AppState {
     pub config: Arc<GatewayConfig>,
     /// Where tests hold an admin action to observe a request "still running".
     pub admin_pause: crate::admin::SharedPause,
+    /// Group commit for ingest.
+    pub batcher: crate::ingest::IngestBatcher,
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

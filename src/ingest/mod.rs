@@ -1,11 +1,17 @@
 //! The ingest use-case: a verified event becomes one stored event and its delivery jobs.
 
+mod batcher;
+
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
 use crate::config::Source;
 use crate::domain::EventId;
-use crate::store::{InsertOutcome, NewEvent, Store, StoreError};
+use crate::store::{InsertOutcome, StoreError};
 use crate::verify::VerifiedEvent;
+
+pub use batcher::{IngestBatcher, PendingEvent};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IngestOutcome {
@@ -16,24 +22,25 @@ pub enum IngestOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
     #[error("could not store the event: {0}")]
-    Store(#[from] StoreError),
+    Store(#[from] Arc<StoreError>),
 }
 
 /// Headers whose values are credentials for hookgate itself, not part of the webhook: kept
 /// by name (so a replay shows they were sent) but never stored in clear.
 const REDACTED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
 
-/// Stores the event and queues one job per destination of its source, atomically.
-/// Returns only after the commit, so the caller may answer 2xx.
+/// Stores the event and queues one job per destination of its source, atomically, sharing
+/// the transaction with concurrent requests (group commit). Returns only after the commit,
+/// so the caller may answer 2xx.
 #[tracing::instrument(
     name = "ingest",
     skip_all,
     fields(source = %source.name, provider_event_id = %event.provider_event_id())
 )]
 pub async fn ingest(
-    store: &Store,
-    source: &Source,
-    event: &VerifiedEvent,
+    batcher: &IngestBatcher,
+    source: &Arc<Source>,
+    event: VerifiedEvent,
     received_at: DateTime<Utc>,
 ) -> Result<IngestOutcome, IngestError> {
     let headers: Vec<(&str, &str)> = event
@@ -49,21 +56,19 @@ pub async fn ingest(
         .collect();
     let headers_json =
         serde_json::to_string(&headers).expect("a list of string pairs always serialises");
-    let new = NewEvent {
+    let pending = PendingEvent {
         id: EventId::generate(),
-        tenant: &source.tenant,
-        source: &source.name,
-        provider_event_id: event.provider_event_id(),
-        event_type: event.event_type(),
+        source: source.clone(),
+        provider_event_id: event.provider_event_id().clone(),
+        event_type: event.event_type().map(str::to_owned),
         received_at,
-        content_type: event.content_type(),
+        content_type: event.content_type().map(str::to_owned),
         headers_json,
-        body: event.body(),
-        verified_scheme: event.scheme(),
+        body: event.body().clone(),
+        verified_scheme: event.scheme().to_owned(),
         verified_secret_index: i32::try_from(event.secret_index()).unwrap_or(i32::MAX),
-        destinations: &source.destinations,
     };
-    let outcome = match store.insert_event(&new).await? {
+    let outcome = match batcher.submit(pending).await? {
         InsertOutcome::Created(id) => IngestOutcome::Accepted(id),
         InsertOutcome::Duplicate(id) => IngestOutcome::Duplicate(id),
     };

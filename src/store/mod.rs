@@ -104,6 +104,14 @@ impl Store {
         }
     }
 
+    /// How many write transactions are worth running at once: SQLite has one writer.
+    pub fn write_parallelism(&self, configured: usize) -> usize {
+        match self {
+            Self::Postgres(_) => configured,
+            Self::Sqlite(_) => 1,
+        }
+    }
+
     pub async fn migrate(&self) -> Result<(), StoreError> {
         dispatch!(self, s => s.migrate().await)
     }

@@ -12,8 +12,8 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
-    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
-    JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
+    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease,
+    InsertOutcome, JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
 };
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
@@ -78,14 +78,26 @@ impl PgStore {
         .bind(rows.iter().map(|e| e.id.as_uuid()).collect::<Vec<_>>())
         .bind(rows.iter().map(|e| e.tenant.as_str()).collect::<Vec<_>>())
         .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|e| e.provider_event_id.as_str()).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|e| e.provider_event_id.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(rows.iter().map(|e| e.event_type).collect::<Vec<_>>())
         .bind(rows.iter().map(|e| e.received_at).collect::<Vec<_>>())
         .bind(rows.iter().map(|e| e.content_type).collect::<Vec<_>>())
-        .bind(rows.iter().map(|e| e.headers_json.as_str()).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|e| e.headers_json.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(rows.iter().map(|e| e.body).collect::<Vec<_>>())
         .bind(rows.iter().map(|e| e.verified_scheme).collect::<Vec<_>>())
-        .bind(rows.iter().map(|e| e.verified_secret_index).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|e| e.verified_secret_index)
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *tx)
         .await?;
         let created: HashSet<Uuid> = created.into_iter().collect();
@@ -102,8 +114,18 @@ impl PgStore {
                  JOIN UNNEST($1::text[], $2::text[]) AS k(source, pid) \
                  ON e.source = k.source AND e.provider_event_id = k.pid",
             )
-            .bind(conflicted.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
-            .bind(conflicted.iter().map(|e| e.provider_event_id.as_str()).collect::<Vec<_>>())
+            .bind(
+                conflicted
+                    .iter()
+                    .map(|e| e.source.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                conflicted
+                    .iter()
+                    .map(|e| e.provider_event_id.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .fetch_all(&mut *tx)
             .await?;
             existing = found.into_iter().map(|(id, s, p)| ((s, p), id)).collect();

@@ -16,8 +16,8 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
-    JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
+    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease,
+    InsertOutcome, JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
 };
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};

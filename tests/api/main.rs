@@ -8,6 +8,7 @@ mod bulk;
 mod concurrency;
 mod crash;
 mod delivery;
+mod group_commit;
 mod idempotency;
 mod ingest;
 mod limits;

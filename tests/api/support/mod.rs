@@ -133,6 +133,7 @@ pub struct TestApp {
     pub database_url: String,
     pub config: std::sync::Arc<hookgate::config::GatewayConfig>,
     pub admin_pause: hookgate::admin::SharedPause,
+    pub batcher: hookgate::ingest::IngestBatcher,
     handle: ServerHandle,
     // Dropped last: the database outlives the server using it.
     _db: DbGuard,
@@ -190,6 +191,7 @@ pub async fn spawn_app_with(
     let store = app.store().clone();
     let config = app.config().clone();
     let admin_pause = app.admin_pause().clone();
+    let batcher = app.batcher().clone();
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestApp {
@@ -200,6 +202,7 @@ pub async fn spawn_app_with(
         database_url: url,
         config,
         admin_pause,
+        batcher,
         handle,
         _db: guard,
     }

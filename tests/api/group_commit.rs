@@ -1,0 +1,111 @@
+//! Group commit: requests waiting together share one transaction; dedupe stays exact inside
+//! a batch, and a failed batch fails every request in it with 503.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::both_backends;
+use crate::crash::RawConnHandle;
+use crate::support::{spawn_app, Backend, TestApp};
+
+both_backends!(
+    copies_in_one_batch_make_one_row_and_all_get_its_id,
+    a_failed_batch_fails_every_request_with_503,
+);
+
+/// Sends one Stripe event per id at once while the batcher is held, so that they all wait
+/// and then go in one batch. Returns each answer's status and JSON.
+async fn one_batch(app: &Arc<TestApp>, ids: &[&str]) -> Vec<(u16, serde_json::Value, bool)> {
+    let hold = app.batcher.hold().await;
+    let before = app.batcher.submitted();
+    let batches = app.batcher.batches();
+    let tasks: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (app, body) = (app.clone(), format!(r#"{{"id":"{id}","type":"t"}}"#));
+            tokio::spawn(async move {
+                let r = app.post_stripe(&body).await;
+                let status = r.status().as_u16();
+                let retry_after = r.headers().contains_key("retry-after");
+                (
+                    status,
+                    r.json::<serde_json::Value>().await.unwrap(),
+                    retry_after,
+                )
+            })
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while app.batcher.submitted() < before + ids.len() as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "requests did not arrive"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(hold);
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    assert_eq!(app.batcher.batches(), batches + 1, "all in a single batch");
+    answers
+}
+
+async fn copies_in_one_batch_make_one_row_and_all_get_its_id(backend: Backend) {
+    let app = Arc::new(spawn_app(backend).await);
+    let ids = ["evt_a", "evt_b", "evt_a", "evt_c", "evt_a"];
+    let answers = one_batch(&app, &ids).await;
+    assert!(answers.iter().all(|(s, _, _)| *s == 200), "{answers:?}");
+
+    let copies: Vec<_> = ids
+        .iter()
+        .zip(&answers)
+        .filter(|(id, _)| **id == "evt_a")
+        .map(|(_, (_, json, _))| json)
+        .collect();
+    let fresh = copies.iter().filter(|j| j["duplicate"] == false).count();
+    assert_eq!(fresh, 1, "exactly one copy created the row");
+    assert!(
+        copies.iter().all(|j| j["id"] == copies[0]["id"]),
+        "{copies:?}"
+    );
+    assert_eq!(app.store.count_events().await.unwrap(), 3);
+    let stored = app
+        .store
+        .find_event("stripe", "evt_a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.id.to_string(), copies[0]["id"].as_str().unwrap());
+    assert_eq!(app.store.jobs_for_event(stored.id).await.unwrap().len(), 2);
+
+    // And a later batch sees the stored row as a duplicate too.
+    let again = one_batch(&app, &["evt_a", "evt_d"]).await;
+    assert_eq!(again[0].1["duplicate"], true);
+    assert_eq!(again[0].1["id"], copies[0]["id"]);
+    assert_eq!(again[1].1["duplicate"], false);
+}
+
+async fn a_failed_batch_fails_every_request_with_503(backend: Backend) {
+    let app = Arc::new(spawn_app(backend).await);
+    let fault = RawConnHandle::open(&app).await;
+    fault.install_job_insert_failure(backend).await;
+    let answers = one_batch(&app, &["evt_x", "evt_y", "evt_x", "evt_z"]).await;
+    for (status, json, retry_after) in &answers {
+        assert_eq!(*status, 503, "{json}");
+        assert_eq!(json["error"]["code"], "store_unavailable");
+        assert!(retry_after);
+    }
+    assert_eq!(
+        app.store.count_events().await.unwrap(),
+        0,
+        "nothing half-written"
+    );
+
+    fault.remove_job_insert_failure(backend).await;
+    let retried = one_batch(&app, &["evt_x", "evt_y", "evt_z"]).await;
+    assert!(retried
+        .iter()
+        .all(|(s, j, _)| *s == 200 && j["duplicate"] == false));
+}
