@@ -11,10 +11,14 @@ mod template;
 mod verifier;
 
 pub use definition::{
-    parse_definition, Algorithm, DefinitionError, Encoding, ProviderDefinition, SourceOverrides,
+    parse_definition, Algorithm, DefinitionError, Encoding, Location, ProviderDefinition,
+    SignatureFormat, SourceOverrides,
 };
 pub use registry::ProviderRegistry;
 pub use request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
+/// Exposed for property tests and fuzzing of the header parser.
+pub use signature::{parse_signature_header, ParsedSignature};
+pub use template::PayloadTemplate;
 pub use verifier::{SourceVerifier, VerifyError};
 
 /// Decodes base64 with or without padding, as `whsec_` secrets come both ways.
