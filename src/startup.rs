@@ -134,12 +134,7 @@ fn run(
     batcher: IngestBatcher,
 ) -> std::io::Result<Server> {
     let request_timeout = config.server.request_timeout;
-    let state = web::Data::new(AppState {
-        store,
-        config,
-        admin_pause,
-        batcher,
-    });
+    let state = web::Data::new(AppState::new(store, config, admin_pause, batcher));
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())

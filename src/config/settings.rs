@@ -242,6 +242,10 @@ pub struct SourceSettings {
     pub signature_prefix: Option<String>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
+    /// Ingress limit: requests per second this source may send (unlimited when absent).
+    pub rate_limit_per_second: Option<u32>,
+    /// Requests allowed at once above the sustained rate (default: one second's worth).
+    pub rate_limit_burst: Option<u32>,
 }
 
 fn default_tenant() -> String {

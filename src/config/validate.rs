@@ -77,6 +77,8 @@ pub struct Source {
     pub provider: String,
     pub verifier: SourceVerifier,
     pub destinations: Vec<Name>,
+    /// (requests per second, burst), when the source is rate limited.
+    pub rate_limit: Option<(u32, u32)>,
 }
 
 pub struct Destination {
@@ -329,6 +331,19 @@ impl GatewayConfig {
             if sources.contains_key(name.as_str()) {
                 return Err(invalid(key("name"), format!("{name} is defined twice")));
             }
+            let rate_limit = match (src.rate_limit_per_second, src.rate_limit_burst) {
+                (None, None) => None,
+                (None, Some(_)) => {
+                    return Err(invalid(
+                        key("rate_limit_burst"),
+                        "needs rate_limit_per_second",
+                    ))
+                }
+                (Some(0), _) | (_, Some(0)) => {
+                    return Err(invalid(key("rate_limit_per_second"), "must be positive"))
+                }
+                (Some(rate), burst) => Some((rate, burst.unwrap_or(rate))),
+            };
             sources.insert(
                 name.to_string(),
                 Arc::new(Source {
@@ -337,6 +352,7 @@ impl GatewayConfig {
                     provider: src.provider.clone(),
                     verifier,
                     destinations: dests,
+                    rate_limit,
                 }),
             );
         }

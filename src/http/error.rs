@@ -19,6 +19,8 @@ pub enum ApiError {
     Verify(#[from] VerifyError),
     #[error("the event could not be stored; retry later")]
     StoreUnavailable { retry_after_seconds: u64 },
+    #[error("this source is over its rate limit; retry later")]
+    RateLimited { retry_after_seconds: u64 },
 }
 
 impl ApiError {
@@ -37,6 +39,7 @@ impl ApiError {
             Self::BadPayload(_) => "bad_request",
             Self::Verify(v) => v.code(),
             Self::StoreUnavailable { .. } => "store_unavailable",
+            Self::RateLimited { .. } => "rate_limited",
         }
     }
 }
@@ -52,12 +55,16 @@ impl ResponseError for ApiError {
             }
             Self::Verify(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         if let Self::StoreUnavailable {
+            retry_after_seconds,
+        }
+        | Self::RateLimited {
             retry_after_seconds,
         } = self
         {

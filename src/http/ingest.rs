@@ -22,6 +22,15 @@ pub async fn receive_webhook(
         .sources
         .get(&source_name)
         .ok_or_else(|| ApiError::UnknownSource(source_name.chars().take(64).collect()))?;
+    if let Some(limiter) = state.rate_limits.get(&source_name) {
+        // Checked before the body is read or verified: a flood costs as little as possible.
+        limiter.check(std::time::Instant::now()).map_err(|wait| {
+            tracing::info!(source = %source.name, outcome = "rejected", reason = "rate_limited", "webhook rejected");
+            ApiError::RateLimited {
+                retry_after_seconds: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            }
+        })?;
+    }
     let limit = state.config.server.max_body_bytes;
     let body = read_body(&request, payload, limit).await?;
     let headers = request_headers(&request);

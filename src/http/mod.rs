@@ -3,6 +3,7 @@
 mod error;
 mod health;
 mod ingest;
+mod rate_limit;
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use crate::config::GatewayConfig;
 use crate::store::Store;
 
 pub use error::ApiError;
+pub use rate_limit::RateLimiter;
 
 /// Shared state handed to every handler.
 pub struct AppState {
@@ -21,6 +23,33 @@ pub struct AppState {
     pub admin_pause: crate::admin::SharedPause,
     /// Group commit for ingest.
     pub batcher: crate::ingest::IngestBatcher,
+    /// Per-source ingress limits, for the sources that have one.
+    pub rate_limits: std::collections::BTreeMap<String, RateLimiter>,
+}
+
+impl AppState {
+    pub fn new(
+        store: Store,
+        config: Arc<GatewayConfig>,
+        admin_pause: crate::admin::SharedPause,
+        batcher: crate::ingest::IngestBatcher,
+    ) -> Self {
+        let rate_limits = config
+            .sources
+            .iter()
+            .filter_map(|(name, s)| {
+                s.rate_limit
+                    .map(|(rate, burst)| (name.clone(), RateLimiter::new(rate, burst)))
+            })
+            .collect();
+        Self {
+            store,
+            config,
+            admin_pause,
+            batcher,
+            rate_limits,
+        }
+    }
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

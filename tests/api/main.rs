@@ -14,4 +14,5 @@ mod ingest;
 mod limits;
 mod outage;
 mod pools;
+mod security;
 mod worker_crash;
