@@ -1,0 +1,143 @@
+//! No secret, token, signature or body reaches the logs, at any level: a full ingest,
+//! delivery and admin run is captured at TRACE and searched.
+
+#[path = "api/support/mod.rs"]
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use reqwest::Method;
+use support::sink::Sink;
+use support::{spawn_app_with_sink, Backend, ACME_TOKEN, STRIPE_OLD_SECRET, STRIPE_SECRET};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+const BODY_MARKER: &str = "body-marker-7f3a9c21-never-log-me";
+
+async fn full_run(backend: Backend) -> Vec<String> {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    let body =
+        format!(r#"{{"id":"evt_logs","type":"invoice.paid","secret_note":"{BODY_MARKER}"}}"#);
+    let headers =
+        support::signing::stripe_headers(STRIPE_SECRET, support::signing::now(), body.as_bytes());
+    let signature = headers[0].1.clone();
+    assert_eq!(
+        app.post_webhook("stripe", &headers, body.clone())
+            .await
+            .status(),
+        200
+    );
+    // A forged request and a bad admin token exercise the rejection paths too.
+    let forged = support::signing::stripe_headers(STRIPE_OLD_SECRET, 1, body.as_bytes());
+    assert_eq!(
+        app.post_webhook("stripe", &forged, body.clone())
+            .await
+            .status(),
+        401
+    );
+    app.worker().run_once().await.unwrap();
+    let delivered = sink.received("/billing").pop().expect("delivered");
+    let events = app.admin_json(ACME_TOKEN, "/events").await;
+    let id = events["data"][0]["id"].as_str().unwrap().to_owned();
+    app.admin_json(ACME_TOKEN, &format!("/events/{id}")).await;
+    let r = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            &format!("/events/{id}/replay"),
+            None,
+            Some("log-key"),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    let r = app
+        .admin(
+            Method::GET,
+            "hg_wrong_token_for_logs",
+            "/events",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 401);
+    // The MACs themselves: Stripe's hex after "v1=", the forward's base64 after "v1,".
+    vec![
+        signature.split("v1=").nth(1).unwrap().to_owned(),
+        delivered.header("webhook-signature")["v1,".len()..].to_owned(),
+        BODY_MARKER.to_owned(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_token_signature_or_body_is_logged() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter("trace")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .init();
+
+    let mut needles: Vec<String> = vec![
+        STRIPE_SECRET.into(),
+        STRIPE_OLD_SECRET.into(),
+        support::GITHUB_SECRET.into(),
+        support::SVIX_SECRET.into(),
+        ACME_TOKEN.into(),
+        support::DEFAULT_TOKEN.into(),
+        "hg_wrong_token_for_logs".into(),
+        // The destinations' signing secrets, as configured.
+        "dGVzdC1iaWxsaW5nLXNpZ25pbmcta2V5".into(),
+        "dGVzdC1hdWRpdC1zaWduaW5nLWtleQ".into(),
+    ];
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        needles.extend(full_run(backend).await);
+    }
+
+    let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(
+        logs.len() > 10_000,
+        "the run was logged at trace level ({} bytes)",
+        logs.len()
+    );
+    assert!(logs.contains("webhook stored"), "ingest logged");
+    assert!(logs.contains("delivery attempt"), "delivery logged");
+    for needle in &needles {
+        assert!(needle.len() >= 16, "{needle:?} is too short to search for");
+        if let Some(at) = logs.find(needle) {
+            let start = logs[..at].rfind('\n').map_or(0, |i| i + 1);
+            let end = logs[at..].find('\n').map_or(logs.len(), |i| at + i);
+            panic!("{needle:?} appears in the logs:\n{}", &logs[start..end]);
+        }
+    }
+}
+
+#[test]
+fn debug_output_of_the_configuration_redacts_secrets() {
+    let settings = hookgate::config::Settings::from_toml_str(&support::base_config()).unwrap();
+    let config = hookgate::config::GatewayConfig::from_settings(&settings).unwrap();
+    for text in [format!("{settings:?}"), format!("{config:?}")] {
+        for secret in [
+            STRIPE_SECRET,
+            STRIPE_OLD_SECRET,
+            support::SLACK_SECRET,
+            "dGVzdC1iaWxsaW5nLXNpZ25pbmcta2V5",
+        ] {
+            assert!(!text.contains(secret), "{secret} in Debug output");
+        }
+        assert!(text.contains("stripe"), "the rest is still shown");
+    }
+}
