@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::{GatewayConfig, Settings};
-use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -118,37 +117,37 @@ async fn serve(config: &std::path::Path, role: Role) -> anyhow::Result<()> {
     telemetry::init(gateway.log_format);
     let (stop, stopped) = watch::channel(false);
 
-    let (store, config, server) = if role == Role::Worker {
-        let store = Store::connect(&gateway.database)?;
-        store.migrate().await?;
-        println!("hookgate worker started (store: {})", store.backend_name());
-        (store, Arc::new(gateway), None)
-    } else {
-        let app = Application::build(settings).await?;
-        let base = format!(
-            "http://{}",
-            display_address(&gateway.server.listen, app.port())
-        );
-        // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "hookgate listening on {base} (store: {}, role: {role:?})",
-            app.store().backend_name()
-        );
+    let app = Application::build_with_role(settings, role).await?;
+    let base = format!(
+        "http://{}",
+        display_address(&gateway.server.listen, app.port())
+    );
+    // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "hookgate listening on {base} (store: {}, role: {role:?})",
+        app.store().backend_name()
+    );
+    if role != Role::Worker {
         for name in gateway.sources.keys() {
             let _ = writeln!(
                 out,
                 "  POST webhooks for source {name:?} to {base}/webhooks/{name}"
             );
         }
-        let _ = out.flush();
-        drop(out);
-        (app.store().clone(), app.config().clone(), Some(app))
-    };
+    }
+    let _ = out.flush();
+    drop(out);
+    let (store, config, metrics) = (
+        app.store().clone(),
+        app.config().clone(),
+        app.metrics().clone(),
+    );
+    let server = Some(app);
 
     let background = (role != Role::Api)
-        .then(|| tokio::spawn(BackgroundWork::new(store.clone(), config).run(stopped)));
+        .then(|| tokio::spawn(BackgroundWork::new(store.clone(), config, metrics).run(stopped)));
     let server_handle = server.as_ref().map(Application::handle);
     let server_task = server.map(|app| tokio::spawn(app.run_until_stopped()));
 

@@ -13,6 +13,7 @@ use crate::config::{ConfigError, GatewayConfig, Settings};
 use crate::http::{self, AppState};
 use crate::ingest::IngestBatcher;
 use crate::store::{Store, StoreError};
+use crate::telemetry::Metrics;
 use crate::worker::{Reconciler, Worker};
 use tokio::sync::watch;
 
@@ -48,12 +49,18 @@ pub struct Application {
     config: Arc<GatewayConfig>,
     admin_pause: SharedPause,
     batcher: IngestBatcher,
+    metrics: Arc<Metrics>,
 }
 
 impl Application {
     /// Validates the settings, connects the store, applies pending migrations, and binds the
     /// HTTP server. Workers are separate (`BackgroundWork`), so tests can drive them by hand.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        Self::build_with_role(settings, Role::Api).await
+    }
+
+    /// As `build`; a `Worker` role serves only `/healthz`, `/readyz` and `/metrics`.
+    pub async fn build_with_role(settings: Settings, role: Role) -> Result<Self, StartupError> {
         let config = Arc::new(GatewayConfig::from_settings(&settings)?);
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
@@ -72,14 +79,15 @@ impl Application {
             store.write_parallelism(config.server.ingest_writers),
             config.server.ingest_batch_max,
         );
-        let server = run(
-            listener,
+        let metrics = Arc::new(Metrics::new());
+        let state = AppState::new(
             store.clone(),
             config.clone(),
             admin_pause.clone(),
             batcher.clone(),
-        )
-        .map_err(|source| StartupError::Bind {
+            metrics.clone(),
+        );
+        let server = run(listener, state, role).map_err(|source| StartupError::Bind {
             address: config.server.listen.clone(),
             source,
         })?;
@@ -90,6 +98,7 @@ impl Application {
             config,
             admin_pause,
             batcher,
+            metrics,
         })
     }
 
@@ -103,6 +112,10 @@ impl Application {
 
     pub fn config(&self) -> &Arc<GatewayConfig> {
         &self.config
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The ingest group-commit writer (tests hold it to batch requests together).
@@ -126,20 +139,19 @@ impl Application {
     }
 }
 
-fn run(
-    listener: TcpListener,
-    store: Store,
-    config: Arc<GatewayConfig>,
-    admin_pause: SharedPause,
-    batcher: IngestBatcher,
-) -> std::io::Result<Server> {
-    let request_timeout = config.server.request_timeout;
-    let state = web::Data::new(AppState::new(store, config, admin_pause, batcher));
+fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Server> {
+    let request_timeout = state.config.server.request_timeout;
+    let state = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
-            .configure(http::configure)
-            .configure(crate::admin::configure)
+            .configure(http::configure_probes)
+            .configure(|cfg| {
+                if role != Role::Worker {
+                    http::configure_ingest(cfg);
+                    crate::admin::configure(cfg);
+                }
+            })
             .default_service(web::to(|| async {
                 HttpResponse::NotFound()
                     .json(json!({"error": {"code": "not_found", "message": "no such route"}}))
@@ -161,10 +173,12 @@ pub struct BackgroundWork {
 }
 
 impl BackgroundWork {
-    pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
+    pub fn new(store: Store, config: Arc<GatewayConfig>, metrics: Arc<Metrics>) -> Self {
         Self {
-            worker: Arc::new(Worker::new(store.clone(), config.clone())),
-            reconciler: Reconciler::new(store, config.clone()),
+            worker: Arc::new(
+                Worker::new(store.clone(), config.clone()).with_metrics(metrics.clone()),
+            ),
+            reconciler: Reconciler::new(store, config.clone()).with_metrics(metrics),
             interval: config.worker.reconcile_interval,
         }
     }

@@ -27,3 +27,16 @@ fn not_ready() -> HttpResponse {
         "error": {"code": "store_unavailable", "message": "the store does not answer"}
     }))
 }
+
+/// Prometheus text format.
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    match state.metrics.render(&state.store).await {
+        Ok(text) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(text),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics could not read the store");
+            not_ready()
+        }
+    }
+}

@@ -7,8 +7,19 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::AppState;
+use std::time::Instant;
+
+use crate::domain::{EventId, ProviderEventId};
 use crate::ingest::{ingest, IngestOutcome};
 use crate::verify::{RequestHeaders, Unverified, Verified};
+
+/// What an answered request did, for the log line and the metrics.
+struct Handled {
+    response: HttpResponse,
+    outcome: &'static str,
+    event_id: Option<EventId>,
+    provider_event_id: Option<ProviderEventId>,
+}
 
 pub async fn receive_webhook(
     state: web::Data<AppState>,
@@ -16,34 +27,76 @@ pub async fn receive_webhook(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let started = Instant::now();
     let source_name = path.into_inner();
+    let result = handle(&state, &request, &source_name, payload).await;
+    // Only configured names become labels: a path cannot grow the metrics without bound.
+    let source = if state.config.sources.contains_key(&source_name) {
+        source_name.as_str()
+    } else {
+        "_unknown"
+    };
+    let (outcome, reason) = match &result {
+        Ok(h) => (h.outcome, ""),
+        Err(e) => ("rejected", e.code()),
+    };
+    let m = &state.metrics;
+    m.ingest_requests
+        .with_label_values(&[source, outcome, reason])
+        .inc();
+    m.ingest_duration
+        .with_label_values(&[source])
+        .observe(started.elapsed().as_secs_f64());
+    let (event_id, provider_event_id) = match &result {
+        Ok(h) => (
+            h.event_id.map(|i| i.to_string()),
+            h.provider_event_id.as_ref().map(|p| p.to_string()),
+        ),
+        Err(_) => (None, None),
+    };
+    tracing::info!(
+        source,
+        event_id = event_id.as_deref().unwrap_or(""),
+        provider_event_id = provider_event_id.as_deref().unwrap_or(""),
+        outcome,
+        reason,
+        "webhook {outcome}"
+    );
+    result.map(|h| h.response)
+}
+
+async fn handle(
+    state: &AppState,
+    request: &HttpRequest,
+    source_name: &str,
+    payload: web::Payload,
+) -> Result<Handled, ApiError> {
     let source = state
         .config
         .sources
-        .get(&source_name)
+        .get(source_name)
         .ok_or_else(|| ApiError::UnknownSource(source_name.chars().take(64).collect()))?;
-    if let Some(limiter) = state.rate_limits.get(&source_name) {
+    if let Some(limiter) = state.rate_limits.get(source_name) {
         // Checked before the body is read or verified: a flood costs as little as possible.
-        limiter.check(std::time::Instant::now()).map_err(|wait| {
-            tracing::info!(source = %source.name, outcome = "rejected", reason = "rate_limited", "webhook rejected");
-            ApiError::RateLimited {
+        limiter
+            .check(Instant::now())
+            .map_err(|wait| ApiError::RateLimited {
                 retry_after_seconds: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
-            }
-        })?;
+            })?;
     }
     let limit = state.config.server.max_body_bytes;
-    let body = read_body(&request, payload, limit).await?;
-    let headers = request_headers(&request);
+    let body = read_body(request, payload, limit).await?;
+    let headers = request_headers(request);
 
     let now = chrono::Utc::now();
-    let verified = Unverified::new(headers, body)
-        .verify(&source.verifier, now.timestamp())
-        .inspect_err(|e| {
-            tracing::info!(source = %source.name, outcome = "rejected", reason = e.code(), "webhook rejected");
-        })?;
-    let event = match verified {
+    let event = match Unverified::new(headers, body).verify(&source.verifier, now.timestamp())? {
         Verified::Challenge(challenge) => {
-            return Ok(HttpResponse::Ok().json(json!({ "challenge": challenge })));
+            return Ok(Handled {
+                response: HttpResponse::Ok().json(json!({ "challenge": challenge })),
+                outcome: "challenge",
+                event_id: None,
+                provider_event_id: None,
+            });
         }
         Verified::Event(event) => event,
     };
@@ -52,19 +105,26 @@ pub async fn receive_webhook(
     let outcome = ingest(&state.batcher, source, event, now)
         .await
         .map_err(|e| ApiError::from_ingest(e, retry_after))?;
-    let response = match outcome {
-        IngestOutcome::Accepted(id) => {
-            tracing::info!(source = %source.name, event_id = %id, provider_event_id = %provider_event_id, outcome = "accepted", "webhook stored");
-            HttpResponse::Ok().json(json!({"id": id.to_string(), "duplicate": false}))
-        }
-        IngestOutcome::Duplicate(id) => {
-            tracing::info!(source = %source.name, event_id = %id, provider_event_id = %provider_event_id, outcome = "duplicate", "webhook already stored");
+    let (response, outcome, id) = match outcome {
+        IngestOutcome::Accepted(id) => (
+            HttpResponse::Ok().json(json!({"id": id.to_string(), "duplicate": false})),
+            "accepted",
+            id,
+        ),
+        IngestOutcome::Duplicate(id) => (
             HttpResponse::Ok()
                 .insert_header(("Idempotent-Replayed", "true"))
-                .json(json!({"id": id.to_string(), "duplicate": true}))
-        }
+                .json(json!({"id": id.to_string(), "duplicate": true})),
+            "duplicate",
+            id,
+        ),
     };
-    Ok(response)
+    Ok(Handled {
+        response,
+        outcome,
+        event_id: Some(id),
+        provider_event_id: Some(provider_event_id),
+    })
 }
 
 /// Reads at most `limit` bytes. A declared `Content-Length` over the limit is refused before

@@ -25,6 +25,7 @@ pub struct AppState {
     pub batcher: crate::ingest::IngestBatcher,
     /// Per-source ingress limits, for the sources that have one.
     pub rate_limits: std::collections::BTreeMap<String, RateLimiter>,
+    pub metrics: Arc<crate::telemetry::Metrics>,
 }
 
 impl AppState {
@@ -33,6 +34,7 @@ impl AppState {
         config: Arc<GatewayConfig>,
         admin_pause: crate::admin::SharedPause,
         batcher: crate::ingest::IngestBatcher,
+        metrics: Arc<crate::telemetry::Metrics>,
     ) -> Self {
         let rate_limits = config
             .sources
@@ -48,15 +50,22 @@ impl AppState {
             admin_pause,
             batcher,
             rate_limits,
+            metrics,
         }
     }
 }
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+/// Health, readiness and metrics: served by every role.
+pub fn configure_probes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
-        .route(
-            "/webhooks/{source}",
-            web::post().to(ingest::receive_webhook),
-        );
+        .route("/metrics", web::get().to(health::metrics));
+}
+
+/// The ingest endpoint: served by the api role.
+pub fn configure_ingest(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/webhooks/{source}",
+        web::post().to(ingest::receive_webhook),
+    );
 }

@@ -165,6 +165,20 @@ impl Store {
         dispatch!(self, s => s.attempts_for_job(id).await)
     }
 
+    pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        dispatch!(self, s => s.count_jobs_by_status().await)
+    }
+
+    /// Age of the oldest due pending job: how far delivery is behind.
+    pub async fn delivery_lag(&self, now: DateTime<Utc>) -> Result<Duration, StoreError> {
+        dispatch!(self, s => s.delivery_lag(now).await)
+    }
+
+    /// (connections open, idle, maximum) of the pool.
+    pub fn pool_usage(&self) -> (u32, usize, u32) {
+        dispatch!(self, s => s.pool_usage())
+    }
+
     pub async fn count_events(&self) -> Result<i64, StoreError> {
         dispatch!(self, s => s.count_events().await)
     }

@@ -411,6 +411,45 @@ impl SqliteStore {
         self.job_signal.clone()
     }
 
+    /// Jobs that are not finished successfully, by status and destination (succeeded jobs
+    /// are unbounded and left to the delivery counters).
+    pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT status, destination, COUNT(*) FROM jobs \
+             WHERE status IN ('pending', 'in_progress') \
+                OR (status = 'failed' AND discarded_at IS NULL) \
+             GROUP BY status, destination",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Age of the oldest due pending job.
+    pub async fn delivery_lag(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<std::time::Duration, StoreError> {
+        let oldest: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM jobs WHERE status = 'pending' AND next_attempt_at <= ?",
+        )
+        .bind(millis(now))
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest: Option<DateTime<Utc>> = oldest.map(from_millis).transpose()?;
+        Ok(oldest
+            .and_then(|t| (now - t).to_std().ok())
+            .unwrap_or_default())
+    }
+
+    /// (connections open, idle, maximum).
+    pub fn pool_usage(&self) -> (u32, usize, u32) {
+        (
+            self.pool.size(),
+            self.pool.num_idle(),
+            self.pool.options().get_max_connections(),
+        )
+    }
+
     pub async fn count_events(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM events")
             .fetch_one(&self.pool)

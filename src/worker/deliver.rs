@@ -9,6 +9,7 @@ use crate::config::GatewayConfig;
 use crate::delivery::{Deliverer, Delivery};
 use crate::queue::{NextStep, Verdict};
 use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, JobUpdate, Store};
+use crate::telemetry::Metrics;
 
 pub(super) struct Context {
     pub worker_id: String,
@@ -16,6 +17,7 @@ pub(super) struct Context {
     pub config: Arc<GatewayConfig>,
     pub deliverer: Deliverer,
     pub crash: CrashPoints,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Context {
@@ -84,6 +86,14 @@ impl Context {
             outcome = outcome.as_str(),
             "delivery attempt"
         );
+        self.metrics
+            .delivery_attempts
+            .with_label_values(&[&job.destination, outcome.as_str()])
+            .inc();
+        self.metrics
+            .delivery_duration
+            .with_label_values(&[&job.destination])
+            .observe(report.duration.as_secs_f64());
         if self.crash.hit(CrashPoint::BeforeOutcome) {
             return false;
         }

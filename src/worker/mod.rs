@@ -18,6 +18,7 @@ use crate::config::GatewayConfig;
 use crate::delivery::Deliverer;
 use crate::domain::JobId;
 use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, JobUpdate, Store, StoreError};
+use crate::telemetry::Metrics;
 
 pub use crash::{CrashPoint, CrashPoints};
 pub use reconcile::{ReconcileReport, Reconciler};
@@ -36,6 +37,7 @@ pub struct Worker {
     in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
     finished: Arc<Notify>,
     crash: CrashPoints,
+    metrics: Arc<Metrics>,
 }
 
 impl Worker {
@@ -60,7 +62,14 @@ impl Worker {
             in_flight: Arc::default(),
             finished: Arc::default(),
             crash: CrashPoints::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Counts attempts into these metrics (by default, into a registry nobody scrapes).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn id(&self) -> &str {
@@ -207,6 +216,7 @@ impl Worker {
             config: self.config.clone(),
             deliverer: self.deliverer.clone(),
             crash: self.crash.clone(),
+            metrics: self.metrics.clone(),
         };
         let in_flight = self.in_flight.clone();
         let finished = self.finished.clone();

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
 use crate::store::{AttemptOutcome, AttemptRecord, JobUpdate, Store, StoreError};
+use crate::telemetry::Metrics;
 
 const BATCH: i64 = 500;
 
@@ -27,6 +28,7 @@ pub struct Reconciler {
     store: Store,
     config: Arc<GatewayConfig>,
     crash: CrashPoints,
+    metrics: Arc<Metrics>,
 }
 
 impl Reconciler {
@@ -35,7 +37,14 @@ impl Reconciler {
             store,
             config,
             crash: CrashPoints::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Counts repairs into these metrics.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn crash_points(&self) -> &CrashPoints {
@@ -56,6 +65,13 @@ impl Reconciler {
         let result = self.sweep_locked(now).await;
         lock.release().await;
         let report = result?;
+        let repairs = &self.metrics.reconciler_repairs;
+        repairs
+            .with_label_values(&["expired_lease"])
+            .inc_by(report.expired_leases);
+        repairs
+            .with_label_values(&["missing_job"])
+            .inc_by(report.missing_jobs);
         if report.expired_leases > 0 || report.missing_jobs > 0 {
             tracing::info!(
                 expired_leases = report.expired_leases,

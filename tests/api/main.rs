@@ -12,6 +12,7 @@ mod group_commit;
 mod idempotency;
 mod ingest;
 mod limits;
+mod metrics;
 mod outage;
 mod pools;
 mod security;

@@ -134,6 +134,7 @@ pub struct TestApp {
     pub config: std::sync::Arc<hookgate::config::GatewayConfig>,
     pub admin_pause: hookgate::admin::SharedPause,
     pub batcher: hookgate::ingest::IngestBatcher,
+    pub metrics: std::sync::Arc<hookgate::telemetry::Metrics>,
     handle: ServerHandle,
     // Dropped last: the database outlives the server using it.
     _db: DbGuard,
@@ -192,6 +193,7 @@ pub async fn spawn_app_with(
     let config = app.config().clone();
     let admin_pause = app.admin_pause().clone();
     let batcher = app.batcher().clone();
+    let metrics = app.metrics().clone();
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestApp {
@@ -203,6 +205,7 @@ pub async fn spawn_app_with(
         config,
         admin_pause,
         batcher,
+        metrics,
         handle,
         _db: guard,
     }
@@ -283,12 +286,15 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
+    /// A worker counting into this app's metrics.
     pub fn worker(&self) -> hookgate::worker::Worker {
         hookgate::worker::Worker::new(self.store.clone(), self.config.clone())
+            .with_metrics(self.metrics.clone())
     }
 
     pub fn reconciler(&self) -> hookgate::worker::Reconciler {
         hookgate::worker::Reconciler::new(self.store.clone(), self.config.clone())
+            .with_metrics(self.metrics.clone())
     }
 
     /// Posts a Stripe event and returns its hookgate id.

@@ -1,4 +1,8 @@
-//! Logging setup. Filter with `RUST_LOG` (default `info`).
+//! Logging setup (filter with `RUST_LOG`, default `info`) and metrics.
+
+mod metrics;
+
+pub use metrics::Metrics;
 
 use tracing_subscriber::EnvFilter;
 
