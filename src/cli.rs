@@ -33,6 +33,9 @@ pub enum Command {
         /// Run the HTTP server, the delivery workers, or both.
         #[arg(long, value_enum, default_value = "all")]
         role: Role,
+        /// Log format; overrides `[log] format`.
+        #[arg(long, value_enum)]
+        log_format: Option<LogFormatArg>,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -57,6 +60,12 @@ pub enum Command {
     DeadLetters(crate::cli_admin::DeadLettersCommand),
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// Print a fresh random admin token and the config lines that accept it.
@@ -68,7 +77,11 @@ pub enum TokenCommand {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { config, role } => serve(&config, role).await?,
+        Command::Serve {
+            config,
+            role,
+            log_format,
+        } => serve(&config, role, log_format).await?,
         Command::Events(command) => crate::cli_admin::events(command).await?,
         Command::Replay(args) => crate::cli_admin::replay(args).await?,
         Command::DeadLetters(command) => crate::cli_admin::dead_letters(command).await?,
@@ -111,10 +124,18 @@ fn display_address(listen: &str, port: u16) -> String {
     }
 }
 
-async fn serve(config: &std::path::Path, role: Role) -> anyhow::Result<()> {
+async fn serve(
+    config: &std::path::Path,
+    role: Role,
+    log_format: Option<LogFormatArg>,
+) -> anyhow::Result<()> {
     let settings = Settings::load(config)?;
     let gateway = GatewayConfig::from_settings(&settings)?;
-    telemetry::init(gateway.log_format);
+    telemetry::init(match log_format {
+        Some(LogFormatArg::Json) => crate::config::LogFormat::Json,
+        Some(LogFormatArg::Text) => crate::config::LogFormat::Text,
+        None => gateway.log_format,
+    });
     let (stop, stopped) = watch::channel(false);
 
     let app = Application::build_with_role(settings, role).await?;

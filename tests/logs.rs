@@ -85,7 +85,9 @@ async fn full_run(backend: Backend) -> Vec<String> {
 async fn no_secret_token_signature_or_body_is_logged() {
     let captured = Captured::default();
     let writer = captured.clone();
+    // The JSON format, as `--log-format json` installs it.
     tracing_subscriber::fmt()
+        .json()
         .with_env_filter("trace")
         .with_writer(move || writer.clone())
         .with_ansi(false)
@@ -113,8 +115,41 @@ async fn no_secret_token_signature_or_body_is_logged() {
         "the run was logged at trace level ({} bytes)",
         logs.len()
     );
-    assert!(logs.contains("webhook stored"), "ingest logged");
-    assert!(logs.contains("delivery attempt"), "delivery logged");
+    // One JSON line per request and per delivery attempt, with the fields operators filter on.
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let with_message = |m: &str| -> Vec<&serde_json::Value> {
+        lines
+            .iter()
+            .filter(|l| l["fields"]["message"] == m)
+            .collect()
+    };
+    let accepted = with_message("webhook accepted");
+    assert_eq!(accepted.len(), 2, "one per store");
+    for l in &accepted {
+        let f = &l["fields"];
+        assert_eq!(f["source"], "stripe");
+        assert_eq!(f["outcome"], "accepted");
+        assert_eq!(f["provider_event_id"], "evt_logs");
+        assert_eq!(f["event_id"].as_str().unwrap().len(), 36);
+        assert_eq!(l["level"], "INFO");
+        assert!(l["timestamp"].is_string());
+    }
+    let rejected = with_message("webhook rejected");
+    assert!(rejected
+        .iter()
+        .any(|l| l["fields"]["reason"] == "timestamp_out_of_tolerance"
+            || l["fields"]["reason"] == "invalid_signature"));
+    let attempts = with_message("delivery attempt");
+    assert!(attempts.len() >= 4, "billing and audit, on both stores");
+    for l in &attempts {
+        let f = &l["fields"];
+        assert!(f["event_id"].is_string() && f["destination"].is_string());
+        assert_eq!(f["source"], "stripe");
+        assert!(f["outcome"].is_string());
+    }
     for needle in &needles {
         assert!(needle.len() >= 16, "{needle:?} is too short to search for");
         if let Some(at) = logs.find(needle) {
