@@ -102,6 +102,13 @@ fn check_rejects_bad_configs_naming_the_key() {
         &[],
         "sources[0].name",
     );
+    let short = format!("{VALID}\n[retention]\ndedupe_window = \"2days\"\n");
+    assert_rejected_naming(&short, &[], "retention.dedupe_window");
+    let forced = short.replace(
+        "[retention]",
+        "[retention]\nforce_short_dedupe_window = true",
+    );
+    assert!(check(&forced, &[]).status.success(), "forced explicitly");
     let token = |digest: &str| {
         format!("{VALID}\n[[admin.tokens]]\ntenant = \"acme\"\ntoken_sha256 = \"{digest}\"\n")
     };

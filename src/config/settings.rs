@@ -21,6 +21,8 @@ pub struct Settings {
     pub worker: WorkerSettings,
     #[serde(default)]
     pub admin: AdminSettings,
+    #[serde(default)]
+    pub retention: RetentionSettings,
     /// Extra provider definitions; a file here replaces a built-in one of the same name.
     pub providers_dir: Option<PathBuf>,
     #[serde(default)]
@@ -215,6 +217,41 @@ pub struct AdminTokenSettings {
     pub tenant: String,
     /// Lower- or upper-case hex SHA-256 of the token.
     pub token_sha256: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// How long events (bodies, headers) and their delivery history are kept.
+    #[serde(default = "default_retention")]
+    pub events: String,
+    /// How long provider event ids are remembered for dedupe (at least 3 days).
+    #[serde(default = "default_retention")]
+    pub dedupe_window: String,
+    /// Accept a dedupe window under 3 days (providers retry for up to 3 days).
+    #[serde(default)]
+    pub force_short_dedupe_window: bool,
+    /// Rows deleted per transaction by the sweep.
+    #[serde(default = "default_retention_batch")]
+    pub batch: i64,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            events: default_retention(),
+            dedupe_window: default_retention(),
+            force_short_dedupe_window: false,
+            batch: default_retention_batch(),
+        }
+    }
+}
+
+fn default_retention() -> String {
+    "30days".into()
+}
+fn default_retention_batch() -> i64 {
+    1000
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -64,6 +64,16 @@ pub struct AdminConfig {
     pub idempotency_stale_after: Duration,
 }
 
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    pub events: Duration,
+    pub dedupe_window: Duration,
+    pub batch: i64,
+}
+
+/// The longest common provider retry window (Stripe retries for 3 days).
+pub const MIN_DEDUPE_WINDOW: Duration = Duration::from_secs(3 * 24 * 3600);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -108,6 +118,7 @@ pub struct GatewayConfig {
     pub log_format: LogFormat,
     pub worker: WorkerConfig,
     pub admin: AdminConfig,
+    pub retention: RetentionConfig,
     pub sources: BTreeMap<String, Arc<Source>>,
     pub destinations: BTreeMap<String, Arc<Destination>>,
 }
@@ -217,6 +228,22 @@ impl GatewayConfig {
                 &a.idempotency_stale_after,
             )?,
         };
+
+        let r = &settings.retention;
+        let retention = RetentionConfig {
+            events: duration("retention.events", &r.events)?,
+            dedupe_window: duration("retention.dedupe_window", &r.dedupe_window)?,
+            batch: r.batch,
+        };
+        if retention.batch <= 0 {
+            return Err(invalid("retention.batch", "must be positive"));
+        }
+        if retention.dedupe_window < MIN_DEDUPE_WINDOW && !r.force_short_dedupe_window {
+            return Err(invalid(
+                "retention.dedupe_window",
+                "is shorter than 3 days, the longest common provider retry window: a retry could be stored twice. Set retention.force_short_dedupe_window = true to accept that",
+            ));
+        }
 
         let mut destinations = BTreeMap::new();
         for (i, dest) in settings.destinations.iter().enumerate() {
@@ -363,6 +390,7 @@ impl GatewayConfig {
             log_format,
             worker,
             admin,
+            retention,
             sources,
             destinations,
         })

@@ -179,6 +179,27 @@ impl Store {
         dispatch!(self, s => s.pool_usage())
     }
 
+    /// Deletes up to `limit` events received before the time whose jobs are all finished,
+    /// with their jobs and attempts.
+    pub async fn delete_expired_events(
+        &self,
+        received_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.delete_expired_events(received_before, limit).await)
+    }
+
+    /// Empties the body and headers and deletes the jobs of up to `limit` settled events
+    /// received before the time, keeping the row so its provider id still dedupes.
+    pub async fn purge_expired_events(
+        &self,
+        received_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.purge_expired_events(received_before, now, limit).await)
+    }
+
     pub async fn count_events(&self) -> Result<i64, StoreError> {
         dispatch!(self, s => s.count_events().await)
     }
@@ -296,8 +317,7 @@ pub enum ReconcileLock {
 impl ReconcileLock {
     pub async fn release(self) {
         if let Self::Postgres(conn) = self {
-            use sqlx::Connection as _;
-            let _ = conn.close().await;
+            postgres::release_reconcile_lock(conn).await;
         }
     }
 }

@@ -1,6 +1,7 @@
 //! PostgreSQL backend: for production and for several gateway processes sharing one database.
 
 mod admin;
+mod retention;
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -408,7 +409,7 @@ impl PgStore {
             "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
                 created_at, updated_at) \
              SELECT gen_random_uuid(), e.id, $2, 'pending', 0, $4, $4, $4 FROM events e \
-             WHERE e.source = $1 AND e.received_at >= $3 AND NOT EXISTS ( \
+             WHERE e.source = $1 AND e.received_at >= $3 AND e.purged_at IS NULL AND NOT EXISTS ( \
                 SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $2) \
              LIMIT $5",
         )
@@ -487,6 +488,17 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Unlocks before closing: the server notices a closed connection only later, and a sweep
+/// started meanwhile would find the lock still held and skip.
+pub(super) async fn release_reconcile_lock(mut conn: PgConnection) {
+    use sqlx::Connection as _;
+    let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(RECONCILE_LOCK_KEY)
+        .execute(&mut conn)
+        .await;
+    let _ = conn.close().await;
 }
 
 fn event_from_row(r: &PgRow) -> Result<StoredEvent, StoreError> {

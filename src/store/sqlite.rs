@@ -2,6 +2,7 @@
 //! survives a process crash and a power loss; writers queue on the write lock (busy timeout).
 
 mod admin;
+mod retention;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -391,6 +392,7 @@ impl SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let missing: Vec<String> = sqlx::query_scalar(
             "SELECT e.id FROM events e WHERE e.source = ? AND e.received_at >= ? \
+             AND e.purged_at IS NULL \
              AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = ?) \
              LIMIT ?",
         )

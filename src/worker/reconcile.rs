@@ -21,6 +21,10 @@ pub struct ReconcileReport {
     pub missing_jobs: u64,
     /// Idempotency-Key records past `admin.idempotency_ttl`, removed.
     pub expired_idempotency_keys: u64,
+    /// Events past retention, deleted with their history.
+    pub expired_events: u64,
+    /// Events past content retention whose ids are still kept for dedupe: content removed.
+    pub purged_events: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +171,47 @@ impl Reconciler {
                 break;
             }
         }
+        self.sweep_retention(now, &mut report).await?;
         Ok(report)
+    }
+
+    /// Retention: content goes after `retention.events`; the row (the dedupe key) after the
+    /// longer of that and `retention.dedupe_window`. Each batch is its own short transaction.
+    async fn sweep_retention(
+        &self,
+        now: DateTime<Utc>,
+        report: &mut ReconcileReport,
+    ) -> Result<(), StoreError> {
+        let r = &self.config.retention;
+        let age = |d: std::time::Duration| {
+            chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        };
+        if r.dedupe_window > r.events {
+            loop {
+                let n = self
+                    .store
+                    .purge_expired_events(age(r.events), now, r.batch)
+                    .await?;
+                report.purged_events += n;
+                if n < r.batch as u64 {
+                    break;
+                }
+            }
+        }
+        let rows_before = age(r.events.max(r.dedupe_window));
+        loop {
+            let n = self
+                .store
+                .delete_expired_events(rows_before, r.batch)
+                .await?;
+            report.expired_events += n;
+            if n < r.batch as u64 {
+                break;
+            }
+        }
+        Ok(())
     }
 }

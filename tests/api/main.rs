@@ -15,5 +15,6 @@ mod limits;
 mod metrics;
 mod outage;
 mod pools;
+mod retention;
 mod security;
 mod worker_crash;
