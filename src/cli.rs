@@ -50,6 +50,8 @@ pub enum Command {
     /// Admin tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Sign a test webhook as a source's provider would and post it to the gateway.
+    Send(crate::cli_send::SendArgs),
     /// Stored events, through a running gateway's admin API.
     #[command(subcommand)]
     Events(crate::cli_admin::EventsCommand),
@@ -93,6 +95,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             store.migrate().await?;
             println!("migrations applied ({})", store.backend_name());
         }
+        Command::Send(args) => crate::cli_send::send(args).await?,
         Command::Token(TokenCommand::New { tenant }) => {
             crate::domain::Name::parse("tenant", &tenant)?;
             let mut bytes = [0u8; 32];

@@ -6,6 +6,7 @@
 mod definition;
 mod registry;
 mod request;
+mod sign;
 mod signature;
 mod template;
 mod verifier;
@@ -16,6 +17,7 @@ pub use definition::{
 };
 pub use registry::ProviderRegistry;
 pub use request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
+pub use sign::{sample_body, sign_request, SignedRequest};
 /// Exposed for property tests and fuzzing of the header parser.
 pub use signature::{parse_signature_header, ParsedSignature};
 pub use template::PayloadTemplate;

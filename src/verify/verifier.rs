@@ -63,6 +63,15 @@ impl SourceVerifier {
     pub fn provider_name(&self) -> &str {
         &self.definition.name
     }
+
+    pub(super) fn definition(&self) -> &ProviderDefinition {
+        &self.definition
+    }
+
+    /// The preferred (first listed) secret's key: what a sender signs with.
+    pub(super) fn first_key(&self) -> &SecretKey {
+        &self.keys[0]
+    }
 }
 
 impl Unverified {
