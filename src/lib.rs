@@ -6,6 +6,7 @@ pub mod cli;
 pub mod cli_admin;
 pub mod cli_send;
 pub mod config;
+pub mod console;
 pub mod delivery;
 pub mod domain;
 pub mod http;

@@ -150,6 +150,7 @@ fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Se
                 if role != Role::Worker {
                     http::configure_ingest(cfg);
                     crate::admin::configure(cfg);
+                    crate::console::configure(cfg);
                 }
             })
             .default_service(web::to(|| async {

@@ -18,7 +18,7 @@ use crate::store::{BulkProgress, DeadLetterFilter, JobWithEvent, PageCursor};
 
 const RETRY_BATCH: i64 = 500;
 
-async fn job_in_tenant(
+pub(crate) async fn job_in_tenant(
     state: &AppState,
     tenant: &Tenant,
     id: &str,
@@ -31,7 +31,7 @@ async fn job_in_tenant(
         .ok_or(AdminError::NotFound("job"))
 }
 
-fn not_a_dead_letter(j: &JobWithEvent) -> AdminError {
+pub(crate) fn not_a_dead_letter(j: &JobWithEvent) -> AdminError {
     AdminError::Conflict(format!(
         "job {} is {}{}, not a dead letter",
         j.job.id,
@@ -62,9 +62,20 @@ pub async fn list(
         source: q.source,
         failed_before: None,
     };
+    let (data, next_cursor) = dead_letter_page(&state, &filter, after, limit).await?;
+    Ok(web::Json(DeadLetterPage { data, next_cursor }))
+}
+
+/// One page of dead letters with their history, and the cursor of the next page.
+pub(crate) async fn dead_letter_page(
+    state: &AppState,
+    filter: &DeadLetterFilter,
+    after: Option<PageCursor>,
+    limit: i64,
+) -> Result<(Vec<DeadLetterView>, Option<String>), AdminError> {
     let mut rows = state
         .store
-        .list_dead_letters(&filter, after, limit + 1)
+        .list_dead_letters(filter, after, limit + 1)
         .await?;
     let next_cursor = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
@@ -85,7 +96,28 @@ pub async fn list(
             event: EventSummaryView::from(&row.event),
         });
     }
-    Ok(web::Json(DeadLetterPage { data, next_cursor }))
+    Ok((data, next_cursor))
+}
+
+/// Retries every dead letter matching `filter`, batch by batch, from `progress`.
+pub(crate) async fn retry_matching(
+    state: &AppState,
+    filter: &DeadLetterFilter,
+    mut progress: BulkProgress,
+    key: Option<crate::store::ProgressKey<'_>>,
+) -> Result<BulkProgress, AdminError> {
+    let now = filter.failed_before.unwrap_or_else(Utc::now);
+    loop {
+        let next = state
+            .store
+            .retry_dead_letters_batch(filter, progress, RETRY_BATCH, now, key)
+            .await?;
+        let finished = next.done - progress.done < RETRY_BATCH;
+        progress = next;
+        if finished {
+            return Ok(progress);
+        }
+    }
 }
 
 #[utoipa::path(post, path = "/admin/v1/dead-letters/{job_id}/retry", tag = "dead-letters",
@@ -157,20 +189,10 @@ pub async fn bulk_retry(
             source: req.source,
             failed_before: Some(now),
         };
-        let mut progress: BulkProgress = idem.as_ref().and_then(|i| i.progress).unwrap_or_default();
+        let progress: BulkProgress = idem.as_ref().and_then(|i| i.progress).unwrap_or_default();
         state.admin_pause.pass().await;
-        loop {
-            let key = idem.as_ref().map(|i| i.progress_key());
-            let next = state
-                .store
-                .retry_dead_letters_batch(&filter, progress, RETRY_BATCH, now, key)
-                .await?;
-            let finished = next.done - progress.done < RETRY_BATCH;
-            progress = next;
-            if finished {
-                break;
-            }
-        }
+        let key = idem.as_ref().map(|i| i.progress_key());
+        let progress = retry_matching(state, &filter, progress, key).await?;
         Ok(Reply::json(
             202,
             &RetriedReply {

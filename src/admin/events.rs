@@ -33,7 +33,7 @@ fn parse_status(s: Option<&str>) -> Result<Option<JobStatus>, AdminError> {
 }
 
 /// The event, if it exists and belongs to the tenant; another tenant's is "not found" too.
-pub(super) async fn event_in_tenant(
+pub(crate) async fn event_in_tenant(
     state: &AppState,
     tenant: &Tenant,
     id: &str,
@@ -93,13 +93,22 @@ pub async fn get_event(
     tenant: Tenant,
     path: web::Path<String>,
 ) -> Result<web::Json<EventDetail>, AdminError> {
-    let event = event_in_tenant(&state, &tenant, &path).await?;
+    Ok(web::Json(event_detail(&state, &tenant, &path).await?))
+}
+
+/// An event with its jobs and each job's attempt history (the API and the console).
+pub(crate) async fn event_detail(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+) -> Result<EventDetail, AdminError> {
+    let event = event_in_tenant(state, tenant, id).await?;
     let mut jobs = Vec::new();
     for job in state.store.jobs_for_event(event.id).await? {
         let history = state.store.attempts_for_job(job.id).await?;
         jobs.push(JobView::new(&job, Some(&history)));
     }
-    Ok(web::Json(EventDetail::new(&event, jobs)))
+    Ok(EventDetail::new(&event, jobs))
 }
 
 #[utoipa::path(get, path = "/admin/v1/events/{id}/raw", tag = "events",
@@ -123,8 +132,42 @@ pub async fn raw_event(
         .body(event.body))
 }
 
+/// The destinations a replay of `event` goes to: those requested, which must all be routed
+/// from its source, or by default every destination of its source.
+pub(crate) fn replay_destinations(
+    state: &AppState,
+    event: &StoredEvent,
+    requested: Option<Vec<String>>,
+) -> Result<Vec<String>, AdminError> {
+    let routed: Vec<String> = state
+        .config
+        .sources
+        .get(&event.source)
+        .map(|s| s.destinations.iter().map(|d| d.to_string()).collect())
+        .unwrap_or_default();
+    let destinations = match requested {
+        None => routed,
+        Some(list) => {
+            if let Some(bad) = list.iter().find(|d| !routed.contains(d)) {
+                return Err(AdminError::Unprocessable(format!(
+                    "destination {bad:?} is not one of source {}'s destinations",
+                    event.source
+                )));
+            }
+            list
+        }
+    };
+    if destinations.is_empty() {
+        return Err(AdminError::Unprocessable(format!(
+            "source {} has no destinations to replay to",
+            event.source
+        )));
+    }
+    Ok(destinations)
+}
+
 /// A job as `create_jobs` will write it, so the response can be saved in that transaction.
-pub(super) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob {
+pub(crate) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob {
     StoredJob {
         id: job.id,
         event_id: job.event_id,
@@ -164,30 +207,7 @@ pub async fn replay_event(
             serde_json::from_slice(body)
                 .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?
         };
-        let routed: Vec<String> = state
-            .config
-            .sources
-            .get(&event.source)
-            .map(|s| s.destinations.iter().map(|d| d.to_string()).collect())
-            .unwrap_or_default();
-        let destinations = match req.destinations {
-            None => routed.clone(),
-            Some(list) => {
-                if let Some(bad) = list.iter().find(|d| !routed.contains(d)) {
-                    return Err(AdminError::Unprocessable(format!(
-                        "destination {bad:?} is not one of source {}'s destinations",
-                        event.source
-                    )));
-                }
-                list
-            }
-        };
-        if destinations.is_empty() {
-            return Err(AdminError::Unprocessable(format!(
-                "source {} has no destinations to replay to",
-                event.source
-            )));
-        }
+        let destinations = replay_destinations(state, &event, req.destinations)?;
         let now = Utc::now();
         let jobs: Vec<NewJob> = destinations
             .into_iter()

@@ -2,13 +2,13 @@
 //! replay and dead-letter work, with Idempotency-Key on every POST.
 
 mod auth;
-mod cursor;
-mod dead_letters;
+pub(crate) mod cursor;
+pub(crate) mod dead_letters;
 mod error;
-mod events;
+pub(crate) mod events;
 mod idempotency;
 mod openapi;
-mod views;
+pub(crate) mod views;
 
 use actix_web::web;
 

@@ -1,0 +1,35 @@
+//! The web console (`/console`): server-rendered pages over the admin actions, behind the
+//! same admin tokens. A login sets an HttpOnly, SameSite=Strict session cookie; every form
+//! carries a CSRF token bound to the session.
+
+mod handlers;
+mod pages;
+mod session;
+
+use actix_web::web;
+
+pub use session::SessionKey;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/console")
+            .route("", web::get().to(handlers::home))
+            .route("/", web::get().to(handlers::home))
+            .route("/login", web::get().to(handlers::login_form))
+            .route("/login", web::post().to(handlers::login))
+            .route("/logout", web::post().to(handlers::logout))
+            .route("/events", web::get().to(handlers::events))
+            .route("/events/{id}", web::get().to(handlers::event))
+            .route("/events/{id}/replay", web::post().to(handlers::replay))
+            .route("/dead-letters", web::get().to(handlers::dead_letters))
+            .route("/dead-letters/retry", web::post().to(handlers::bulk_retry))
+            .route(
+                "/dead-letters/{job_id}/retry",
+                web::post().to(handlers::retry),
+            )
+            .route(
+                "/dead-letters/{job_id}/discard",
+                web::post().to(handlers::discard),
+            ),
+    );
+}

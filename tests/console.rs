@@ -1,0 +1,268 @@
+//! The web console in a real browser: headless Chromium driven over WebDriver. It logs in,
+//! finds an event, opens it, retries a dead letter whose destination has recovered, and sees
+//! it succeed. It also saves a screenshot to docs/console.png.
+
+#[path = "api/support/mod.rs"]
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use support::sink::{Answer, Sink};
+use support::{spawn_app_with_sink, Backend, ACME_TOKEN};
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn chromedriver() -> (Driver, u16) {
+    let which = |name: &str| {
+        Command::new("which")
+            .arg(name)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let driver = which("chromedriver").unwrap_or_else(|| {
+        panic!("chromedriver is not installed: apt-get install chromium chromium-driver (.ci/run does this)")
+    });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Driver(child), port)
+}
+
+async fn browser(port: u16) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut caps = serde_json::Map::new();
+    let profile = tempfile::tempdir().unwrap().keep();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                     "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync",
+                     "--window-size=1280,900",
+                     format!("--user-data-dir={}", profile.display())]
+        }),
+    );
+    ClientBuilder::rustls()
+        .expect("rustls connector")
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a WebDriver session starts")
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
+    let sink = Sink::start().await;
+    sink.always("/billing", Answer::status(410));
+    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let event = app.ingest_stripe("evt_console").await;
+    app.worker().run_once().await.unwrap();
+    let job = app.job(event, "billing").await;
+    assert_eq!(
+        job.status,
+        hookgate::queue::JobStatus::Failed,
+        "a dead letter"
+    );
+    sink.always("/billing", Answer::status(200)); // the destination recovers
+
+    let (_driver, port) = chromedriver();
+    let c = browser(port).await;
+    let result = async {
+        // Not logged in: sent to the login page; a wrong token is refused.
+        c.goto(&app.url("/console/events")).await?;
+        assert!(c.current_url().await?.path().ends_with("/console/login"));
+        c.find(Locator::Id("token"))
+            .await?
+            .send_keys("not-a-token")
+            .await?;
+        c.find(Locator::Id("login")).await?.click().await?;
+        assert!(text_of(&c, "#error").await.contains("not valid"));
+        c.goto(&app.url("/console/login")).await?;
+        c.find(Locator::Id("token"))
+            .await?
+            .send_keys(ACME_TOKEN)
+            .await?;
+        c.find(Locator::Id("login")).await?.click().await?;
+        assert!(c.current_url().await?.path().ends_with("/console/events"));
+
+        // Find the event and open it.
+        let events = text_of(&c, "#events").await;
+        assert!(events.contains("evt_console"), "{events}");
+        c.find(Locator::LinkText("evt_console"))
+            .await?
+            .click()
+            .await?;
+        let body = text_of(&c, "#body").await;
+        assert!(
+            body.contains(r#""id": "evt_console""#),
+            "pretty JSON: {body}"
+        );
+        assert!(text_of(&c, "#headers").await.contains("stripe-signature"));
+        let page = text_of(&c, "main").await;
+        assert!(page.contains("410"), "the failed attempt is shown");
+
+        // Retry the dead letter.
+        c.goto(&app.url("/console/dead-letters")).await?;
+        assert!(text_of(&c, "#dead-letters").await.contains("evt_console"));
+        let png = c.screenshot().await?;
+        std::fs::write(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png"),
+            png,
+        )
+        .unwrap();
+        c.find(Locator::Css("button.retry")).await?.click().await?;
+        assert!(text_of(&c, "#notice").await.contains("retried"));
+        assert!(text_of(&c, "#empty").await.contains("No dead letters"));
+        Ok::<_, fantoccini::error::CmdError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = c.close().await;
+        panic!("browser step failed: {e}");
+    }
+
+    // The worker delivers it; the event page shows the success.
+    app.worker().run_once().await.unwrap();
+    assert_eq!(
+        app.job(event, "billing").await.status,
+        hookgate::queue::JobStatus::Succeeded
+    );
+    c.goto(&app.url(&format!("/console/events/{event}")))
+        .await
+        .unwrap();
+    let page = text_of(&c, "main").await;
+    assert!(page.contains("succeeded"), "{page}");
+    c.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_forms_need_the_session_and_its_csrf_token() {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let event = app.ingest_stripe("evt_csrf").await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // No session: every page and form sends the visitor to log in.
+    let r = client.get(app.url("/console/events")).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    let r = client
+        .post(app.url(&format!("/console/events/{event}/replay")))
+        .form(&[("csrf", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    // Log in (the login form is CSRF-protected too).
+    let r = client.get(app.url("/console/login")).send().await.unwrap();
+    let login_cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = r.text().await.unwrap();
+    let csrf = html
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let r = client
+        .post(app.url("/console/login"))
+        .header("cookie", &login_cookie)
+        .form(&[("csrf", "wrong"), ("token", ACME_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "login CSRF");
+    let r = client
+        .post(app.url("/console/login"))
+        .header("cookie", &login_cookie)
+        .form(&[("csrf", csrf.as_str()), ("token", ACME_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let session = set.split(';').next().unwrap().to_owned();
+    // A form without the session's CSRF token is refused and changes nothing.
+    let r = client
+        .post(app.url(&format!("/console/events/{event}/replay")))
+        .header("cookie", &session)
+        .form(&[("csrf", "forged")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 2);
+    // With it, the replay happens.
+    let page = client
+        .get(app.url(&format!("/console/events/{event}")))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = page
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let r = client
+        .post(app.url(&format!("/console/events/{event}/replay")))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 4);
+}
