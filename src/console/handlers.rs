@@ -51,13 +51,30 @@ fn session(state: &AppState, req: &HttpRequest) -> Option<Session> {
     })
 }
 
+/// Why a form POST is refused.
+enum Denied {
+    NoSession,
+    BadCsrf,
+}
+
+impl Denied {
+    fn response(self) -> HttpResponse {
+        match self {
+            Self::NoSession => redirect("/console/login"),
+            Self::BadCsrf => {
+                HttpResponse::Forbidden().body("CSRF token missing or wrong; reload the page")
+            }
+        }
+    }
+}
+
 /// The session of a form POST, with its CSRF token checked.
-fn form_session(state: &AppState, req: &HttpRequest, form: &Form) -> Result<Session, HttpResponse> {
-    let s = session(state, req).ok_or_else(|| redirect("/console/login"))?;
-    let cookie = req.cookie(SESSION_COOKIE).expect("session() found it");
+fn form_session(state: &AppState, req: &HttpRequest, form: &Form) -> Result<Session, Denied> {
+    let s = session(state, req).ok_or(Denied::NoSession)?;
+    let cookie = req.cookie(SESSION_COOKIE).ok_or(Denied::NoSession)?;
     let given = form.get("csrf").map(String::as_str).unwrap_or("");
     if !key(state).csrf_ok(cookie.value(), given) {
-        return Err(HttpResponse::Forbidden().body("CSRF token missing or wrong; reload the page"));
+        return Err(Denied::BadCsrf);
     }
     Ok(s)
 }
@@ -143,8 +160,8 @@ pub async fn login(state: web::Data<AppState>, req: HttpRequest, form: Form) -> 
 }
 
 pub async fn logout(state: web::Data<AppState>, req: HttpRequest, form: Form) -> HttpResponse {
-    if let Err(r) = form_session(&state, &req, &form) {
-        return r;
+    if let Err(denied) = form_session(&state, &req, &form) {
+        return denied.response();
     }
     let mut gone = Cookie::build(SESSION_COOKIE, "").path("/console").finish();
     gone.make_removal();
@@ -264,7 +281,7 @@ pub async fn replay(
 ) -> HttpResponse {
     let s = match form_session(&state, &req, &form) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(denied) => return denied.response(),
     };
     let result: Result<(), AdminError> = async {
         let event = event_in_tenant(&state, &Tenant(s.tenant.clone()), &path).await?;
@@ -330,7 +347,7 @@ pub async fn retry(
 ) -> HttpResponse {
     let s = match form_session(&state, &req, &form) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(denied) => return denied.response(),
     };
     let tenant = Tenant(s.tenant.clone());
     let result: Result<(), AdminError> = async {
@@ -359,7 +376,7 @@ pub async fn discard(
 ) -> HttpResponse {
     let s = match form_session(&state, &req, &form) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(denied) => return denied.response(),
     };
     let tenant = Tenant(s.tenant.clone());
     let result: Result<(), AdminError> = async {
@@ -383,7 +400,7 @@ pub async fn discard(
 pub async fn bulk_retry(state: web::Data<AppState>, req: HttpRequest, form: Form) -> HttpResponse {
     let s = match form_session(&state, &req, &form) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(denied) => return denied.response(),
     };
     let filter = DeadLetterFilter {
         tenant: s.tenant.to_string(),
