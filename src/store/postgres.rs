@@ -260,7 +260,9 @@ impl PgStore {
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         // SKIP LOCKED lets concurrent workers claim disjoint batches without waiting; the
-        // statement commits on its own, so nothing stays locked during delivery.
+        // transaction commits before returning, so nothing stays locked during delivery.
+        let mut tx = self.pool.begin().await?;
+        relaxed_commit(&mut tx).await?;
         let rows = sqlx::query(
             "WITH due AS ( \
                 SELECT id FROM jobs \
@@ -281,8 +283,9 @@ impl PgStore {
         .bind(limit)
         .bind(lease_until)
         .bind(Uuid::now_v7())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         rows.iter()
             .map(|r| {
                 Ok(ClaimedJob {
@@ -315,6 +318,7 @@ impl PgStore {
             JobUpdate::Failed => ("failed", None),
         };
         let mut tx = self.pool.begin().await?;
+        relaxed_commit(&mut tx).await?;
         let applied = sqlx::query(
             "UPDATE jobs SET status = $1, next_attempt_at = COALESCE($2, next_attempt_at), \
              last_error = $3, locked_until = NULL, claim_token = NULL, updated_at = $4 \
@@ -488,6 +492,18 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Delivery bookkeeping (claims, outcomes) may commit without waiting for the WAL flush:
+/// if the database crashes and loses the last few of them, a claim is simply not taken or a
+/// job stays `in_progress` until its lease expires and it is delivered again (same
+/// `webhook-id`). At-least-once holds either way. Ingest never uses this: a 2xx needs a
+/// durable commit.
+async fn relaxed_commit(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> Result<(), StoreError> {
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// Unlocks before closing: the server notices a closed connection only later, and a sweep
