@@ -21,6 +21,8 @@ pub enum ApiError {
     StoreUnavailable { retry_after_seconds: u64 },
     #[error("this source is over its rate limit; retry later")]
     RateLimited { retry_after_seconds: u64 },
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
 }
 
 impl ApiError {
@@ -40,6 +42,7 @@ impl ApiError {
             Self::Verify(v) => v.code(),
             Self::StoreUnavailable { .. } => "store_unavailable",
             Self::RateLimited { .. } => "rate_limited",
+            Self::BodyTimeout => "request_timeout",
         }
     }
 }
@@ -56,6 +59,7 @@ impl ResponseError for ApiError {
             Self::Verify(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 

@@ -85,7 +85,14 @@ async fn handle(
             })?;
     }
     let limit = state.config.server.max_body_bytes;
-    let body = read_body(request, payload, limit).await?;
+    // The head is bounded by actix (`client_request_timeout`); the body needs its own
+    // deadline, or a client dripping bytes would hold the connection forever.
+    let body = tokio::time::timeout(
+        state.config.server.request_timeout,
+        read_body(request, payload, limit),
+    )
+    .await
+    .map_err(|_| ApiError::BodyTimeout)??;
     let headers = request_headers(request);
 
     let now = chrono::Utc::now();
@@ -156,14 +163,16 @@ async fn read_body(
 }
 
 fn request_headers(request: &HttpRequest) -> RequestHeaders {
+    // A value that is not UTF-8 is left out rather than converted lossily: conversion could
+    // merge distinct ids into one (and so drop events as duplicates). An id or signature
+    // header left out is then answered as missing.
     request
         .headers()
         .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
+        .filter_map(|(name, value)| {
+            std::str::from_utf8(value.as_bytes())
+                .ok()
+                .map(|v| (name.as_str(), v.to_owned()))
         })
         .collect()
 }

@@ -275,7 +275,11 @@ fn lookup(locations: &[Location], headers: &RequestHeaders, json: &mut LazyJson<
                 None => malformed = true,
                 Some(doc) => match doc.pointer(pointer) {
                     Some(Value::String(s)) if !s.is_empty() => return Lookup::Found(s.clone()),
-                    Some(Value::Number(n)) => return Lookup::Found(n.to_string()),
+                    // Only integers that fit 64 bits have an exact text: a larger number
+                    // would be rounded, and two distinct ids would collide.
+                    Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                        return Lookup::Found(n.to_string())
+                    }
                     _ => {}
                 },
             },
