@@ -19,7 +19,7 @@ use crate::queue::JobStatus;
 use crate::store::{EventFilter, NewJob, PageCursor, StoredEvent, StoredJob};
 
 /// Events replayed per committed batch: small enough that ingestion never waits long.
-const REPLAY_BATCH: i64 = 500;
+const REPLAY_BATCH: i64 = 200;
 
 fn parse_status(s: Option<&str>) -> Result<Option<JobStatus>, AdminError> {
     s.map(|s| {

@@ -51,7 +51,8 @@ async fn seed(app: &TestApp) {
 
 async fn bulk_replay_of_ten_thousand_events(backend: Backend) {
     let sink = Sink::start().await;
-    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    // The production default busy timeout: a writer waits up to 5 s for SQLite's lock.
+    let app = spawn_app_with_sink(backend, &sink, |s| s.database.busy_timeout = "5s".into()).await;
     seed(&app).await;
     assert_eq!(app.store.count_events().await.unwrap(), EVENTS);
 
