@@ -266,3 +266,109 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
     assert_eq!(r.status(), 303);
     assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 4);
 }
+
+/// Logs in over plain HTTP; returns the session cookie and the page's CSRF token.
+async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String, String) {
+    let r = client.get(app.url("/console/login")).send().await.unwrap();
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = r.text().await.unwrap();
+    let csrf = html
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let r = client
+        .post(app.url("/console/login"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str()), ("token", ACME_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let session = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = client
+        .get(app.url("/console/dead-letters"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = page
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    (session, csrf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_can_be_discarded_in_bulk() {
+    let sink = Sink::start().await;
+    sink.always("/billing", Answer::status(410));
+    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    for i in 0..3 {
+        app.ingest_stripe(&format!("evt_bulk_discard_{i}")).await;
+    }
+    app.worker().run_once().await.unwrap();
+    assert_eq!(
+        app.store
+            .count_jobs(hookgate::queue::JobStatus::Failed)
+            .await
+            .unwrap(),
+        3
+    );
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let (session, csrf) = http_login(&client, &app).await;
+    let r = client
+        .post(app.url("/console/dead-letters/discard"))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf.as_str()), ("destination", "billing")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let page = client
+        .get(app.url("/console/dead-letters"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("No dead letters."), "{page}");
+    let listed = app.admin_json(ACME_TOKEN, "/dead-letters").await;
+    assert!(
+        listed["data"].as_array().unwrap().is_empty(),
+        "out of the list, kept in history"
+    );
+    assert_eq!(
+        app.store
+            .count_jobs(hookgate::queue::JobStatus::Failed)
+            .await
+            .unwrap(),
+        3
+    );
+}

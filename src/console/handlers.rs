@@ -86,6 +86,7 @@ fn notice(query: &Query) -> Option<&'static str> {
         Some("retried") => Some("Dead letter retried: it is pending again."),
         Some("discarded") => Some("Dead letter discarded."),
         Some("bulk-retried") => Some("Matching dead letters retried."),
+        Some("bulk-discarded") => Some("Matching dead letters discarded."),
         _ => None,
     }
 }
@@ -394,6 +395,40 @@ pub async fn discard(
     match result {
         Ok(()) => redirect("/console/dead-letters?done=discarded"),
         Err(e) => error_page(e),
+    }
+}
+
+pub async fn bulk_discard(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    form: Form,
+) -> HttpResponse {
+    let s = match form_session(&state, &req, &form) {
+        Ok(s) => s,
+        Err(denied) => return denied.response(),
+    };
+    let now = Utc::now();
+    let filter = DeadLetterFilter {
+        tenant: s.tenant.to_string(),
+        destination: text(&form, "destination"),
+        source: text(&form, "source"),
+        failed_before: Some(now),
+    };
+    if filter.destination.is_none() && filter.source.is_none() {
+        return error_page(AdminError::BadRequest(
+            "give a destination or a source".into(),
+        ));
+    }
+    loop {
+        match state
+            .store
+            .discard_dead_letters_batch(&filter, now, 500)
+            .await
+        {
+            Ok(n) if n < 500 => return redirect("/console/dead-letters?done=bulk-discarded"),
+            Ok(_) => continue,
+            Err(e) => return error_page(e.into()),
+        }
     }
 }
 

@@ -24,6 +24,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/dead-letters", web::get().to(handlers::dead_letters))
             .route("/dead-letters/retry", web::post().to(handlers::bulk_retry))
             .route(
+                "/dead-letters/discard",
+                web::post().to(handlers::bulk_discard),
+            )
+            .route(
                 "/dead-letters/{job_id}/retry",
                 web::post().to(handlers::retry),
             )

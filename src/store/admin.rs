@@ -88,6 +88,16 @@ impl Store {
         dispatch!(self, s => s.retry_dead_letters_batch(filter, progress, limit, now, key).await)
     }
 
+    /// Discards up to `limit` dead letters matching `filter`; returns how many.
+    pub async fn discard_dead_letters_batch(
+        &self,
+        filter: &DeadLetterFilter,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.discard_dead_letters_batch(filter, now, limit).await)
+    }
+
     pub async fn discard_dead_letter(
         &self,
         job: JobId,

@@ -157,6 +157,24 @@ pub(super) fn retry_dead_letters(
     b
 }
 
+/// Discards up to `limit` dead letters matching `f`.
+pub(super) fn discard_dead_letters(
+    d: Dialect,
+    f: &DeadLetterFilter,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Built {
+    let mut b = Built::new(d);
+    let c = dead_letter_conditions(&mut b, f);
+    let limit = b.arg(Arg::Int(limit));
+    let now = b.arg(Arg::Time(now));
+    b.sql = format!(
+        "UPDATE jobs SET discarded_at = {now}, updated_at = {now} WHERE id IN (SELECT j.id \
+         FROM jobs j JOIN events e ON e.id = j.event_id WHERE {c} LIMIT {limit})"
+    );
+    b
+}
+
 /// Counts events matching `f`.
 pub(super) fn count_events(d: Dialect, f: &EventFilter) -> Built {
     let mut b = Built::new(d);

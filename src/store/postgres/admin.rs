@@ -218,6 +218,16 @@ impl PgStore {
         Ok(next)
     }
 
+    pub async fn discard_dead_letters_batch(
+        &self,
+        filter: &DeadLetterFilter,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let built = admin_sql::discard_dead_letters(Dialect::Postgres, filter, now, limit);
+        Ok(bind(&built).execute(&self.pool).await?.rows_affected())
+    }
+
     pub async fn discard_dead_letter(
         &self,
         job: JobId,

@@ -219,6 +219,16 @@ impl SqliteStore {
         Ok(next)
     }
 
+    pub async fn discard_dead_letters_batch(
+        &self,
+        filter: &DeadLetterFilter,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let built = admin_sql::discard_dead_letters(Dialect::Sqlite, filter, now, limit);
+        Ok(bind(&built).execute(&self.pool).await?.rows_affected())
+    }
+
     pub async fn discard_dead_letter(
         &self,
         job: JobId,
