@@ -1,0 +1,253 @@
+//! The load generator: signed webhooks with unique event ids, at a fixed concurrency
+//! (closed loop: N connections each sending back to back) or at a fixed rate (open loop:
+//! request i is due at start + i/rate; its latency counts from that due time whenever the
+//! generator was behind, so a stalled server cannot hide its stall: no coordinated omission).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::http1::Conn;
+use crate::payload::{answer_id, build_request, event_id, SourceSpec};
+use crate::stats::{LatencySummary, Samples};
+
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// N connections, each sending its next request as soon as the last one is answered.
+    Concurrency(usize),
+    /// An open-loop schedule of `per_sec` requests a second over up to `connections`.
+    Rate { per_sec: f64, connections: usize },
+}
+
+/// Which provider event ids the requests carry: request i carries id number `offset + i`
+/// (`payload::event_id`), unique and spread over the key space.
+#[derive(Debug, Clone, Copy)]
+pub enum Ids {
+    /// Id number `offset + i` for request i: every event is new (with a random offset, so
+    /// runs never collide).
+    Fresh { offset: u64 },
+    /// Id number `offset + k` for a random k in `0..count`: with the `offset` of an earlier
+    /// fresh run and no more than it stored, every event is a duplicate.
+    Existing { offset: u64, count: u64 },
+}
+
+impl Ids {
+    pub fn fresh() -> Self {
+        Self::Fresh {
+            offset: fastrand::u64(..),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub addr: SocketAddr,
+    pub sources: Vec<SourceSpec>,
+    pub mode: Mode,
+    pub duration: Duration,
+    pub ids: Ids,
+    pub body_size: usize,
+    /// Keep (hookgate event id, instant of the 2xx) for every accepted event.
+    pub keep_ids: bool,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LoadReport {
+    pub mode: String,
+    pub connections: usize,
+    pub target_rate: Option<f64>,
+    pub duration_s: f64,
+    pub requests: u64,
+    pub ok_2xx: u64,
+    pub non_2xx: u64,
+    pub conn_errors: u64,
+    /// 2xx answers per second.
+    pub throughput: f64,
+    /// Every answered request, 2xx or not.
+    pub latency: LatencySummary,
+    pub statuses: BTreeMap<String, u64>,
+}
+
+impl LoadReport {
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {:.0} ok/s ({} ok, {} non-2xx, {} conn errors) latency p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms",
+            self.mode,
+            self.throughput,
+            self.ok_2xx,
+            self.non_2xx,
+            self.conn_errors,
+            self.latency.p50_ms,
+            self.latency.p99_ms,
+            self.latency.p999_ms,
+            self.latency.max_ms
+        )
+    }
+}
+
+pub struct LoadOutcome {
+    pub report: LoadReport,
+    /// (hookgate event id, when its 2xx arrived), when `keep_ids` was set.
+    pub accepted: Vec<(String, Instant)>,
+}
+
+struct Shared {
+    spec: LoadSpec,
+    host: String,
+    next: AtomicU64,
+    start: Instant,
+    end: Instant,
+}
+
+#[derive(Default)]
+struct WorkerResult {
+    samples: Samples,
+    statuses: BTreeMap<u16, u64>,
+    conn_errors: u64,
+    accepted: Vec<(String, Instant)>,
+    finished: Option<Instant>,
+}
+
+pub async fn run(spec: LoadSpec) -> LoadOutcome {
+    let (connections, mode_name, target_rate) = match spec.mode {
+        Mode::Concurrency(n) => (n.max(1), format!("concurrency {n}"), None),
+        Mode::Rate {
+            per_sec,
+            connections,
+        } => (
+            connections.max(1),
+            format!("rate {per_sec:.0}/s"),
+            Some(per_sec),
+        ),
+    };
+    // Every connection is opened before the clock starts.
+    let start = Instant::now() + Duration::from_millis(300);
+    let shared = Arc::new(Shared {
+        host: spec.addr.to_string(),
+        next: AtomicU64::new(0),
+        start,
+        end: start + spec.duration,
+        spec,
+    });
+    let handles: Vec<_> = (0..connections)
+        .map(|_| tokio::spawn(worker(shared.clone())))
+        .collect();
+    let mut samples = Samples::with_capacity(1 << 16);
+    let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
+    let (mut conn_errors, mut accepted, mut last) = (0, Vec::new(), start);
+    for h in handles {
+        let r = h.await.expect("load worker panicked");
+        samples.merge(r.samples);
+        for (s, n) in r.statuses {
+            *statuses.entry(s).or_default() += n;
+        }
+        conn_errors += r.conn_errors;
+        accepted.extend(r.accepted);
+        last = last.max(r.finished.unwrap_or(start));
+    }
+    let elapsed = last
+        .saturating_duration_since(start)
+        .max(shared.spec.duration)
+        .as_secs_f64();
+    let ok: u64 = statuses
+        .iter()
+        .filter(|(s, _)| (200..300).contains(*s))
+        .map(|(_, n)| n)
+        .sum();
+    let answered = samples.len() as u64;
+    LoadOutcome {
+        report: LoadReport {
+            mode: mode_name,
+            connections,
+            target_rate,
+            duration_s: elapsed,
+            requests: answered + conn_errors,
+            ok_2xx: ok,
+            non_2xx: answered - ok,
+            conn_errors,
+            throughput: ok as f64 / elapsed,
+            latency: samples.summary(),
+            statuses: statuses
+                .into_iter()
+                .map(|(s, n)| (s.to_string(), n))
+                .collect(),
+        },
+        accepted,
+    }
+}
+
+async fn worker(shared: Arc<Shared>) -> WorkerResult {
+    let spec = &shared.spec;
+    let mut r = WorkerResult::default();
+    let mut conn = Conn::connect(spec.addr).await.ok();
+    let mut request = Vec::with_capacity(spec.body_size + 1024);
+    tokio::time::sleep_until(shared.start.into()).await;
+    loop {
+        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+        let began = match spec.mode {
+            Mode::Concurrency(_) => {
+                let now = Instant::now();
+                if now >= shared.end {
+                    break;
+                }
+                now
+            }
+            Mode::Rate { per_sec, .. } => {
+                let due = shared.start + Duration::from_secs_f64(i as f64 / per_sec);
+                if due >= shared.end {
+                    break;
+                }
+                if Instant::now() >= due {
+                    due // behind schedule: the wait counts against the server
+                } else {
+                    tokio::time::sleep_until(due.into()).await;
+                    Instant::now() // idle: the timer's own slack is not the server's
+                }
+            }
+        };
+        let source = &spec.sources[(i % spec.sources.len() as u64) as usize];
+        let x = match spec.ids {
+            Ids::Fresh { offset } => offset.wrapping_add(i),
+            Ids::Existing { offset, count } => offset.wrapping_add(fastrand::u64(..count.max(1))),
+        };
+        let id = event_id(source.scheme, x);
+        build_request(&mut request, &shared.host, source, &id, spec.body_size);
+        if conn.is_none() {
+            match Conn::connect(spec.addr).await {
+                Ok(c) => conn = Some(c),
+                Err(_) => {
+                    r.conn_errors += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        match c.round_trip(&request, spec.keep_ids).await {
+            Ok(resp) => {
+                let done = Instant::now();
+                r.samples.record(done - began);
+                *r.statuses.entry(resp.status).or_default() += 1;
+                if spec.keep_ids && (200..300).contains(&resp.status) {
+                    if let Some(id) = answer_id(&resp.body) {
+                        r.accepted.push((id, done));
+                    }
+                }
+                if c.closed {
+                    conn = None;
+                }
+            }
+            Err(_) => {
+                r.conn_errors += 1;
+                conn = None;
+            }
+        }
+    }
+    r.finished = Some(Instant::now());
+    r
+}

@@ -1,0 +1,358 @@
+//! hookgate-bench: the benchmark suite (see bench/README.md). `all` runs every scenario and
+//! writes the JSON results and the markdown table; each scenario also runs alone; `loadgen`
+//! and `sink` are the load generator and the receiving end on their own.
+
+mod gateway;
+mod http1;
+mod loadgen;
+mod markdown;
+mod payload;
+mod pg;
+mod pgbench;
+mod report;
+mod scenarios;
+mod sink;
+mod stats;
+mod tools;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+
+use gateway::GatewayOpts;
+use report::Results;
+use scenarios::{backlog, delivery, e2e, ingest, sustained, Ctx};
+
+#[derive(Debug, Parser)]
+#[command(name = "hookgate-bench", about = "Benchmarks for the hookgate gateway")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Every scenario in turn; writes the JSON results and the markdown table.
+    All(Common),
+    /// PostgreSQL ingest at fixed concurrency vs the pgbench ceiling, latency at half rate, RSS.
+    IngestPg(Common),
+    /// SQLite ingest vs a plain insert loop, latency at half rate, RSS.
+    IngestSqlite(Common),
+    /// End-to-end latency (ingest 2xx to sink) at half the max ingest rate, PostgreSQL (and
+    /// at half the sustained rate, when known).
+    E2e {
+        #[command(flatten)]
+        common: Common,
+        /// The maximum ingest rate to halve (default: measure it first).
+        #[arg(long)]
+        max_rate: Option<f64>,
+    },
+    /// Deliveries per second from a backlog, clean and with 1 in 10 failing.
+    Delivery(Common),
+    /// Highest ingest rate an all-in-one gateway sustains with bounded delivery lag.
+    Sustained {
+        #[command(flatten)]
+        common: Common,
+        /// Rates to step through, events/s (stops at the first unbounded one).
+        #[arg(long, value_delimiter = ',')]
+        rates: Option<Vec<f64>>,
+    },
+    /// Ingest and claim latency with 0 / 1M / 10M events stored.
+    Backlog {
+        #[command(flatten)]
+        common: Common,
+        /// Stored-event counts to measure at, ascending.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Option<Vec<u64>>,
+    },
+    /// Send signed webhooks to a running gateway and report throughput and latency.
+    Loadgen(tools::LoadgenArgs),
+    /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
+    Sink {
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: String,
+        /// Answer 500 to one in N first attempts (0: never).
+        #[arg(long, default_value_t = 0)]
+        fail_one_in: u64,
+    },
+    /// Regenerate the markdown table from a results file.
+    Report {
+        #[arg(long, default_value = "bench/results/latest.json")]
+        json: PathBuf,
+        #[arg(long, default_value = "bench/RESULTS.md")]
+        markdown: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+struct Common {
+    /// Short runs and small sizes: a smoke check of every step, not comparable figures.
+    #[arg(long)]
+    quick: bool,
+    /// The gateway binary (default: `hookgate` next to this binary).
+    #[arg(long)]
+    hookgate: Option<PathBuf>,
+    /// PostgreSQL server, without a database name.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    pg: String,
+    /// The gateway's `database.max_connections`.
+    #[arg(long, default_value_t = 16)]
+    pool: u32,
+    /// The gateway's `worker.concurrency`.
+    #[arg(long, default_value_t = 32)]
+    worker_concurrency: usize,
+    /// The sink destination's `max_in_flight`.
+    #[arg(long, default_value_t = 32)]
+    max_in_flight: usize,
+    /// RUST_LOG for the gateway (its logs go to a file in the work directory).
+    #[arg(long, default_value = "warn")]
+    rust_log: String,
+    /// Connections of the fixed-concurrency ingest runs.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Connections available to fixed-rate runs.
+    #[arg(long, default_value_t = 64)]
+    rate_connections: usize,
+    /// `all` only: run just these scenarios (comma-separated) and merge them into the
+    /// existing results file, keeping the others from the run that measured them.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Seconds of each measured ingest run (default 30, or 5 with --quick).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Webhook body size, bytes.
+    #[arg(long, default_value_t = 512)]
+    body_size: usize,
+    /// Results file (default: bench/results/latest.json for `all`, quick.json with --quick,
+    /// else bench/results/<scenario>.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Markdown table (default: bench/RESULTS.md for `all`, bench/results/quick.md with --quick).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Loadgen(a) => return tools::loadgen(a).await,
+        Cmd::Sink {
+            listen,
+            fail_one_in,
+        } => return tools::sink(&listen, fail_one_in).await,
+        Cmd::Report { json, markdown } => {
+            let results = report::load_json(&json)?;
+            report::write_markdown(&results, &markdown)?;
+            println!("wrote {}", markdown.display());
+            return Ok(());
+        }
+        _ => {}
+    }
+    let (name, common) = match &cli.command {
+        Cmd::All(c) => ("all", c),
+        Cmd::IngestPg(c) => ("ingest-pg", c),
+        Cmd::IngestSqlite(c) => ("ingest-sqlite", c),
+        Cmd::E2e { common, .. } => ("e2e", common),
+        Cmd::Delivery(c) => ("delivery", c),
+        Cmd::Sustained { common, .. } => ("sustained", common),
+        Cmd::Backlog { common, .. } => ("backlog", common),
+        Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
+    };
+    let ctx = context(common)?;
+    let mut results = start_results(&ctx).await?;
+    let (json, md) = outputs(name, common);
+    let only = &common.only;
+    if !only.is_empty() {
+        // Re-run some scenarios into an existing results file; the others are kept.
+        if let Ok(old) = report::load_json(&json) {
+            results.keep_others(old, only);
+        }
+    }
+    let clock = Instant::now();
+    let wanted =
+        |s: &str| (name == "all" && (only.is_empty() || only.iter().any(|o| o == s))) || name == s;
+    let stamp = format!("{} ({})", results.started_at, results.git);
+
+    if wanted("ingest-pg") {
+        section("ingest-pg: PostgreSQL durable ingest vs the pgbench ceiling");
+        let out = ingest::pg(&ctx).await;
+        record(&mut results, "ingest-pg", &stamp, out, |r, v| {
+            r.ingest_pg = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("ingest-sqlite") {
+        section("ingest-sqlite: SQLite durable ingest vs a plain insert loop");
+        let out = ingest::sqlite(&ctx).await;
+        record(&mut results, "ingest-sqlite", &stamp, out, |r, v| {
+            r.ingest_sqlite = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("delivery") {
+        section("delivery: draining a backlog to the sink, clean and 1 in 10 failing");
+        let out = delivery::run(&ctx).await;
+        record(&mut results, "delivery", &stamp, out, |r, v| {
+            r.delivery = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("sustained") {
+        section("sustained: all-in-one ingest + delivery at stepped rates, bounded lag");
+        let rates = match &cli.command {
+            Cmd::Sustained { rates: Some(r), .. } => r.clone(),
+            _ => (1..=12).map(|k| f64::from(k) * 1000.0).collect(),
+        };
+        let out = sustained::run(&ctx, &rates).await;
+        record(&mut results, "sustained", &stamp, out, |r, v| {
+            r.sustained = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("e2e") {
+        section("e2e: ingest 2xx to delivery (PostgreSQL, role all)");
+        let given = match &cli.command {
+            Cmd::E2e { max_rate, .. } => max_rate.map(|r| scenarios::IngestRun {
+                max: loadgen::LoadReport {
+                    throughput: r,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            _ => None,
+        };
+        let max = given.or_else(|| results.ingest_pg.as_ref().map(|p| p.gateway.clone()));
+        let sustained = results.sustained.as_ref().and_then(|s| s.best_bounded_rate);
+        let out = e2e::run(&ctx, max.as_ref(), sustained).await;
+        record(&mut results, "e2e", &stamp, out, |r, v| r.e2e = Some(v));
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("backlog") {
+        section("backlog: ingest and claim latency with events already stored");
+        let sizes = match &cli.command {
+            Cmd::Backlog { sizes: Some(s), .. } => s.clone(),
+            _ if ctx.quick => vec![0, 100_000, 1_000_000],
+            _ => vec![0, 1_000_000, 10_000_000],
+        };
+        let out = backlog::run(&ctx, &sizes).await;
+        record(&mut results, "backlog", &stamp, out, |r, v| {
+            r.backlog = Some(v)
+        });
+    }
+    finish(&mut results, clock, &json, md.as_ref())?;
+    let _ = std::fs::remove_dir_all(&ctx.gw.work_dir);
+    println!("\n{}", markdown::render(&results));
+    println!("results: {}", json.display());
+    if let Some(md) = md {
+        println!("table:   {}", md.display());
+    }
+    if !results.errors.is_empty() {
+        eprintln!(
+            "error: {} scenario(s) failed (see above)",
+            results.errors.len()
+        );
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn context(c: &Common) -> anyhow::Result<Ctx> {
+    let bin = c.hookgate.clone().unwrap_or_else(gateway::default_bin);
+    anyhow::ensure!(
+        bin.exists(),
+        "no gateway binary at {} (build it: cargo build --release)",
+        bin.display()
+    );
+    let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work_dir)?;
+    Ok(Ctx {
+        quick: c.quick,
+        pg: pg::PgServer { base: c.pg.clone() },
+        gw: GatewayOpts {
+            bin: std::fs::canonicalize(&bin)?,
+            rust_log: c.rust_log.clone(),
+            pool: c.pool,
+            worker_concurrency: c.worker_concurrency,
+            max_in_flight: c.max_in_flight,
+            work_dir,
+        },
+        body_size: c.body_size,
+        concurrency: c.concurrency,
+        rate_connections: c.rate_connections,
+        seconds: c.seconds.unwrap_or(if c.quick { 5 } else { 30 }),
+    })
+}
+
+async fn start_results(ctx: &Ctx) -> anyhow::Result<Results> {
+    ctx.pg
+        .drop_stale()
+        .await
+        .context("PostgreSQL must be reachable (see --pg)")?;
+    let version = ctx.pg.setting("server_version").await.unwrap_or_default();
+    Ok(Results {
+        started_at: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+        quick: ctx.quick,
+        git: report::git_describe(),
+        machine: report::machine(version),
+        gateway: Some(ctx.gw.clone()),
+        concurrency: ctx.concurrency,
+        body_size: ctx.body_size,
+        ..Default::default()
+    })
+}
+
+fn outputs(name: &str, c: &Common) -> (PathBuf, Option<PathBuf>) {
+    let results = PathBuf::from("bench/results");
+    let json = c.json.clone().unwrap_or_else(|| match (name, c.quick) {
+        ("all", false) => results.join("latest.json"),
+        ("all", true) => results.join("quick.json"),
+        (n, _) => results.join(format!("{n}.json")),
+    });
+    let md = c.markdown.clone().or_else(|| match (name, c.quick) {
+        ("all", false) => Some(PathBuf::from("bench/RESULTS.md")),
+        ("all", true) => Some(results.join("quick.md")),
+        _ => None,
+    });
+    (json, md)
+}
+
+fn section(title: &str) {
+    println!("\n== {title}");
+}
+
+fn record<T>(
+    results: &mut Results,
+    name: &str,
+    stamp: &str,
+    outcome: anyhow::Result<T>,
+    put: impl FnOnce(&mut Results, T),
+) {
+    results
+        .scenario_runs
+        .insert(name.to_owned(), stamp.to_owned());
+    match outcome {
+        Ok(v) => put(results, v),
+        Err(e) => {
+            eprintln!("  {name} FAILED: {e:#}");
+            results.errors.push(format!("{name}: {e:#}"));
+        }
+    }
+}
+
+fn finish(
+    results: &mut Results,
+    clock: Instant,
+    json: &std::path::Path,
+    md: Option<&PathBuf>,
+) -> anyhow::Result<()> {
+    results.wall_seconds = clock.elapsed().as_secs_f64();
+    results.finished_at = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    report::save_json(results, json)?;
+    if let Some(md) = md {
+        report::write_markdown(results, md)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! The scenarios, and what they share: the run context and the gateway ingest measurement.
+
+pub mod backlog;
+pub mod delivery;
+pub mod e2e;
+pub mod ingest;
+pub mod sqlite_loop;
+pub mod sustained;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gateway::{Gateway, GatewayOpts, GwConfig, Role};
+use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
+use crate::payload::{bench_sources, SourceSpec};
+use crate::pg::PgServer;
+
+/// Everything a scenario needs to know about this run.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub quick: bool,
+    pub pg: PgServer,
+    pub gw: GatewayOpts,
+    pub body_size: usize,
+    /// The fixed concurrency of the ingest runs.
+    pub concurrency: usize,
+    /// Connections available to open-loop (fixed-rate) runs.
+    pub rate_connections: usize,
+    /// Seconds of a measured run (scaled down by `--quick`).
+    pub seconds: u64,
+}
+
+impl Ctx {
+    /// `full` seconds, or `quick` with `--quick`.
+    pub fn secs(&self, full: u64, quick: u64) -> Duration {
+        Duration::from_secs(if self.quick { quick } else { full })
+    }
+
+    /// The length of a measured ingest run.
+    pub fn run_len(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+
+    pub fn spec(&self, gw: &Gateway, mode: Mode, duration: Duration, ids: Ids) -> LoadSpec {
+        LoadSpec {
+            addr: gw.addr(),
+            sources: bench_sources(),
+            mode,
+            duration,
+            ids,
+            body_size: self.body_size,
+            keep_ids: false,
+        }
+    }
+
+    pub fn sqlite_url(&self, name: &str) -> String {
+        format!("sqlite://{}", self.gw.work_dir.join(name).display())
+    }
+}
+
+/// Ingest measured on one gateway (role `api`): the maximum at the fixed concurrency, then
+/// latency at a fixed rate of half that maximum.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct IngestRun {
+    pub max: LoadReport,
+    pub half_rate: LoadReport,
+    /// VmHWM of the gateway after both runs.
+    pub peak_rss_mb: f64,
+}
+
+pub async fn measure_ingest(ctx: &Ctx, cfg: &GwConfig, tag: &str) -> anyhow::Result<IngestRun> {
+    let gw = Gateway::start(&ctx.gw, cfg, Role::Api, tag).await?;
+    let warm = ctx.secs(5, 2);
+    let conc = Mode::Concurrency(ctx.concurrency);
+    let w = loadgen::run(ctx.spec(&gw, conc, warm, Ids::fresh())).await;
+    println!("    warm-up {}", w.report.line());
+    let max = loadgen::run(ctx.spec(&gw, conc, ctx.run_len(), Ids::fresh()))
+        .await
+        .report;
+    println!("    {}", max.line());
+    let rate = Mode::Rate {
+        per_sec: (max.throughput / 2.0).max(1.0),
+        connections: ctx.rate_connections,
+    };
+    let half_rate = loadgen::run(ctx.spec(&gw, rate, ctx.run_len(), Ids::fresh()))
+        .await
+        .report;
+    println!("    {}", half_rate.line());
+    let peak_rss_mb = gw.peak_rss_mb().unwrap_or(0.0);
+    println!("    gateway peak RSS {peak_rss_mb:.1} MB");
+    gw.stop().await?;
+    Ok(IngestRun {
+        max,
+        half_rate,
+        peak_rss_mb,
+    })
+}
+
+/// Only the Stripe source (runs whose ids must all belong to one source).
+pub fn stripe_only() -> Vec<SourceSpec> {
+    bench_sources()
+        .into_iter()
+        .filter(|s| s.name == "stripe")
+        .collect()
+}
