@@ -76,10 +76,14 @@ async fn browser(port: u16) -> Client {
         .expect("a WebDriver session starts")
 }
 
+/// The text of the first element matching `css`, waiting for it: a click does not wait for
+/// the page it navigates to.
 async fn text_of(c: &Client, css: &str) -> String {
-    c.find(Locator::Css(css))
+    c.wait()
+        .at_most(Duration::from_secs(15))
+        .for_element(Locator::Css(css))
         .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("no {css}: {e}"))
         .text()
         .await
         .unwrap()
@@ -118,10 +122,10 @@ async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
             .send_keys(ACME_TOKEN)
             .await?;
         c.find(Locator::Id("login")).await?.click().await?;
-        assert!(c.current_url().await?.path().ends_with("/console/events"));
 
         // Find the event and open it.
         let events = text_of(&c, "#events").await;
+        assert!(c.current_url().await?.path().ends_with("/console/events"));
         assert!(events.contains("evt_console"), "{events}");
         c.find(Locator::LinkText("evt_console"))
             .await?
@@ -145,7 +149,12 @@ async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
             png,
         )
         .unwrap();
-        c.find(Locator::Css("button.retry")).await?.click().await?;
+        c.wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css("button.retry"))
+            .await?
+            .click()
+            .await?;
         assert!(text_of(&c, "#notice").await.contains("retried"));
         assert!(text_of(&c, "#empty").await.contains("No dead letters"));
         Ok::<_, fantoccini::error::CmdError>(())
