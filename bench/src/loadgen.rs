@@ -57,6 +57,7 @@ pub struct LoadSpec {
 
 /// What one run measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LoadReport {
     pub mode: String,
     pub connections: usize,

@@ -167,14 +167,21 @@ async fn main() -> anyhow::Result<()> {
     let only = &common.only;
     if !only.is_empty() {
         // Re-run some scenarios into an existing results file; the others are kept.
-        if let Ok(old) = report::load_json(&json) {
-            results.keep_others(old, only);
+        match report::load_json(&json) {
+            Ok(old) => results.keep_others(old, only),
+            Err(e) if json.exists() => {
+                anyhow::bail!("cannot read {} to merge into: {e:#}", json.display())
+            }
+            Err(_) => {}
         }
     }
     let clock = Instant::now();
     let wanted =
         |s: &str| (name == "all" && (only.is_empty() || only.iter().any(|o| o == s))) || name == s;
-    let stamp = format!("{} ({})", results.started_at, results.git);
+    let stamp = format!(
+        "{}, gateway binary built {}, HEAD {}",
+        results.started_at, results.gateway_built, results.git
+    );
 
     if wanted("ingest-pg") {
         section("ingest-pg: PostgreSQL durable ingest vs the pgbench ceiling");
@@ -297,6 +304,14 @@ async fn start_results(ctx: &Ctx) -> anyhow::Result<Results> {
         quick: ctx.quick,
         git: report::git_describe(),
         machine: report::machine(version),
+        gateway_built: std::fs::metadata(&ctx.gw.bin)
+            .and_then(|m| m.modified())
+            .map(|t| {
+                chrono::DateTime::<chrono::Utc>::from(t)
+                    .format("%Y-%m-%d %H:%M UTC")
+                    .to_string()
+            })
+            .unwrap_or_default(),
         gateway: Some(ctx.gw.clone()),
         concurrency: ctx.concurrency,
         body_size: ctx.body_size,

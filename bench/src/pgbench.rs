@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::payload::{body, stored_headers_json, Scheme};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PgbenchResult {
     /// (clients, transactions per second) for every run.
     pub runs: Vec<(u32, f64)>,

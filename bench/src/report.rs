@@ -9,6 +9,7 @@ use crate::gateway::GatewayOpts;
 use crate::scenarios::{backlog, delivery, e2e, ingest, sustained};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Machine {
     pub cpus: usize,
     pub cpu_model: String,
@@ -19,12 +20,16 @@ pub struct Machine {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Results {
     pub started_at: String,
     pub finished_at: String,
     pub wall_seconds: f64,
     pub quick: bool,
+    /// HEAD when the run started (the gateway binary may be older: see `gateway_built`).
     pub git: String,
+    /// When the gateway binary under test was built (its modification time).
+    pub gateway_built: String,
     pub machine: Machine,
     /// How the gateways were run (pool size, log filter, worker settings).
     pub gateway: Option<GatewayOpts>,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Percentiles of one set of latencies, in milliseconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LatencySummary {
     pub count: u64,
     pub mean_ms: f64,

@@ -17,6 +17,7 @@ const CLAIM_POOL: i64 = 2_000;
 const CLAIM_BATCH: i64 = 10;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Level {
     pub stored_events: u64,
     pub seed_seconds: f64,
@@ -30,6 +31,7 @@ pub struct Level {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Backlog {
     pub levels: Vec<Level>,
     /// Ingest throughput at the largest level over the empty one.

@@ -13,6 +13,7 @@ use crate::pg::{self, Seed};
 use crate::sink::Sink;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DeliveryRun {
     pub jobs: u64,
     /// One in this many first attempts fails (0: none).
@@ -36,6 +37,7 @@ pub struct DeliveryRun {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Delivery {
     pub backlog: u64,
     pub clean: DeliveryRun,

@@ -16,6 +16,7 @@ use crate::sink::Sink;
 use crate::stats::{LatencySummary, Samples};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct E2eRun {
     pub rate: f64,
     pub ingest: LoadReport,
@@ -29,6 +30,7 @@ pub struct E2eRun {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct E2e {
     /// The maximum ingest rate halved here, and where it came from.
     pub max_rate: f64,

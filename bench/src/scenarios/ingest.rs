@@ -12,6 +12,7 @@ use crate::pgbench::{self, PgbenchResult};
 const NO_SINK: &str = "http://127.0.0.1:9/unused";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct IngestPg {
     pub synchronous_commit: String,
     pub gateway: IngestRun,
@@ -78,6 +79,7 @@ pub async fn pg(ctx: &Ctx) -> anyhow::Result<IngestPg> {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct IngestSqlite {
     pub journal_mode: String,
     pub synchronous: String,

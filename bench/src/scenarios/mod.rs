@@ -62,6 +62,7 @@ impl Ctx {
 /// Ingest measured on one gateway (role `api`): the maximum at the fixed concurrency, then
 /// latency at a fixed rate of half that maximum.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct IngestRun {
     pub max: LoadReport,
     pub half_rate: LoadReport,

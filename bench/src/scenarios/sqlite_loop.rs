@@ -15,6 +15,7 @@ use crate::payload::{body, stored_headers_json, Scheme};
 pub const SYNCHRONOUS: &str = "FULL";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PlainLoop {
     /// `PRAGMA synchronous` read back on the loop's connection (2 = FULL).
     pub synchronous_read_back: i64,

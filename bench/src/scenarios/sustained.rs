@@ -23,6 +23,7 @@ const MAX_LAG: f64 = 5.0;
 const MAX_SLOPE: f64 = 0.02;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Step {
     pub target_rate: f64,
     pub ingest: LoadReport,
@@ -38,6 +39,7 @@ pub struct Step {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Sustained {
     pub step_seconds: u64,
     pub steps: Vec<Step>,
