@@ -1,0 +1,251 @@
+//! The fault injector: two seeded loops while the load runs.
+//! - kills: every `kill_every` (random within the range) a random running hookgate process
+//!   gets SIGKILL; the supervisor restarts it after a random 0.5–3 s.
+//! - other faults: every `fault_every`, the next card of a shuffled deck: PostgreSQL restart
+//!   (fast or immediate), `pg_terminate_backend` of every hookgate connection, a window of
+//!   sink 500s, a window of sink stalls, a pause (SIGSTOP, then SIGCONT) of a random process
+//!   for longer than the worker lease. The deck makes every kind come up in short runs.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::procs::Procs;
+use crate::sink::{Mode, SinkState};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultEvent {
+    pub at_secs: f64,
+    pub kind: String,
+    pub detail: String,
+}
+
+#[derive(Clone, Copy)]
+pub struct FaultOpts {
+    pub kill_every: (Duration, Duration),
+    pub fault_every: (Duration, Duration),
+    pub restart_delay: (Duration, Duration),
+    pub sink_window: (Duration, Duration),
+    pub pause: (Duration, Duration),
+}
+
+pub struct Faults {
+    opts: FaultOpts,
+    procs: Arc<Procs>,
+    cluster: Arc<Cluster>,
+    sink: Arc<SinkState>,
+    started_at: Instant,
+    stop: AtomicBool,
+    sink_generation: AtomicU64,
+    /// Stopped processes: (slot, pid), resumed when their pause ends or the run stops.
+    paused: Mutex<Vec<(usize, u32)>>,
+    pub log: Mutex<Vec<FaultEvent>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Card {
+    /// SIGSTOP a random process for longer than the worker lease, then SIGCONT: a paused
+    /// worker's jobs are taken over by the other worker; its late result must be fenced off.
+    Pause,
+    PgRestart,
+    PgTerminate,
+    Sink500,
+    SinkStall,
+}
+
+const DECK: [Card; 7] = [
+    Card::Pause,
+    Card::PgRestart,
+    Card::PgTerminate,
+    Card::PgTerminate,
+    Card::Sink500,
+    Card::Sink500,
+    Card::SinkStall,
+];
+
+fn between(rng: &mut fastrand::Rng, (lo, hi): (Duration, Duration)) -> Duration {
+    if hi <= lo {
+        return lo;
+    }
+    lo + (hi - lo).mul_f64(rng.f64())
+}
+
+impl Faults {
+    pub fn new(
+        opts: FaultOpts,
+        procs: Arc<Procs>,
+        cluster: Arc<Cluster>,
+        sink: Arc<SinkState>,
+        started_at: Instant,
+    ) -> Arc<Faults> {
+        Arc::new(Faults {
+            opts,
+            procs,
+            cluster,
+            sink,
+            started_at,
+            stop: AtomicBool::new(false),
+            sink_generation: AtomicU64::new(0),
+            paused: Mutex::default(),
+            log: Mutex::default(),
+        })
+    }
+
+    fn note(&self, kind: &str, detail: String) {
+        let at_secs = self.started_at.elapsed().as_secs_f64();
+        eprintln!("chaos: +{at_secs:6.1}s fault {kind}: {detail}");
+        self.log.lock().unwrap().push(FaultEvent {
+            at_secs,
+            kind: kind.to_owned(),
+            detail,
+        });
+    }
+
+    /// Sleeps, waking early when the run stops; true if it should go on.
+    async fn pause(&self, d: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + d;
+        while tokio::time::Instant::now() < deadline {
+            if self.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            let left = deadline - tokio::time::Instant::now();
+            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+        }
+        !self.stop.load(Ordering::SeqCst)
+    }
+
+    pub async fn kill_loop(self: Arc<Self>, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        while self.pause(between(&mut rng, self.opts.kill_every)).await {
+            let up = self.procs.up_slots();
+            if up.is_empty() {
+                continue;
+            }
+            let i = up[rng.usize(..up.len())];
+            let hold = between(&mut rng, self.opts.restart_delay);
+            let procs = self.procs.clone();
+            let killed = tokio::task::spawn_blocking(move || procs.kill9(i, hold))
+                .await
+                .unwrap_or(false);
+            if killed {
+                let spec = &self.procs.specs[i];
+                self.note(
+                    &format!("kill -9 {}", spec.kind.label()),
+                    format!("{} (restart in {:.1}s)", spec.name, hold.as_secs_f64()),
+                );
+            }
+        }
+    }
+
+    pub async fn fault_loop(self: Arc<Self>, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut deck: Vec<Card> = Vec::new();
+        while self.pause(between(&mut rng, self.opts.fault_every)).await {
+            if deck.is_empty() {
+                deck = DECK.to_vec();
+                rng.shuffle(&mut deck);
+            }
+            let card = deck.pop().expect("refilled");
+            match card {
+                Card::Pause => {
+                    let up = self.procs.up_slots();
+                    if up.is_empty() {
+                        continue;
+                    }
+                    let i = up[rng.usize(..up.len())];
+                    let d = between(&mut rng, self.opts.pause);
+                    let Some(pid) = self.procs.signal(i, "STOP") else {
+                        continue;
+                    };
+                    self.paused.lock().unwrap().push((i, pid));
+                    let spec = &self.procs.specs[i];
+                    self.note(
+                        &format!("pause (SIGSTOP) {}", spec.kind.label()),
+                        format!("{} for {:.1}s", spec.name, d.as_secs_f64()),
+                    );
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(d).await;
+                        let was_paused = {
+                            let mut paused = me.paused.lock().unwrap();
+                            let before = paused.len();
+                            paused.retain(|p| *p != (i, pid));
+                            paused.len() != before
+                        };
+                        if was_paused {
+                            me.procs.resume(i, pid);
+                        }
+                    });
+                }
+                Card::PgRestart => {
+                    let immediate = rng.bool();
+                    let cluster = self.cluster.clone();
+                    let t = Instant::now();
+                    let result =
+                        tokio::task::spawn_blocking(move || cluster.restart(immediate)).await;
+                    let mode = if immediate { "immediate" } else { "fast" };
+                    match result {
+                        Ok(Ok(())) => self.note(
+                            "postgres restart",
+                            format!("-m {mode}, back after {:.1}s", t.elapsed().as_secs_f64()),
+                        ),
+                        Ok(Err(e)) => {
+                            self.note("postgres restart", format!("-m {mode} FAILED: {e}"));
+                            let cluster = self.cluster.clone();
+                            let _ =
+                                tokio::task::spawn_blocking(move || cluster.ensure_running()).await;
+                        }
+                        Err(e) => self.note("postgres restart", format!("panicked: {e}")),
+                    }
+                }
+                Card::PgTerminate => match self.cluster.terminate_backends().await {
+                    Ok(n) => self.note("pg_terminate_backend", format!("{n} connections cut")),
+                    Err(e) => self.note("pg_terminate_backend", format!("FAILED: {e}")),
+                },
+                Card::Sink500 | Card::SinkStall => {
+                    let (mode, kind) = match card {
+                        Card::Sink500 => (Mode::Fail500, "sink 500"),
+                        _ => (Mode::Stall, "sink stall"),
+                    };
+                    let window = between(&mut rng, self.opts.sink_window);
+                    self.sink.set_mode(mode);
+                    let generation = self.sink_generation.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.note(kind, format!("for {:.1}s", window.as_secs_f64()));
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(window).await;
+                        if me.sink_generation.load(Ordering::SeqCst) == generation {
+                            me.sink.set_mode(Mode::Ok);
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Stops injecting and ends any sink window.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.sink_generation.fetch_add(1, Ordering::SeqCst);
+        self.sink.set_mode(Mode::Ok);
+        for (i, pid) in std::mem::take(&mut *self.paused.lock().unwrap()) {
+            self.procs.resume(i, pid);
+        }
+    }
+
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for e in self.log.lock().unwrap().iter() {
+            if e.detail.contains("FAILED") {
+                *counts.entry(format!("{} (failed)", e.kind)).or_insert(0) += 1;
+            } else {
+                *counts.entry(e.kind.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+}

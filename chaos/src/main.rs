@@ -1,0 +1,605 @@
+//! hookgate-chaos: the chaos harness (see chaos/README.md). It runs real hookgate processes
+//! (two API and two worker processes on a throwaway PostgreSQL cluster, one all-in-one on
+//! SQLite), a recording sink and a load generator, injects faults while the load runs, then
+//! stops the faults, drains the queues and checks that nothing acknowledged was lost.
+
+mod check;
+mod cluster;
+mod faults;
+mod load;
+mod procs;
+mod report;
+mod sink;
+mod workdir;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+
+use crate::cluster::{Cluster, DB_NAME};
+use crate::faults::{FaultOpts, Faults};
+use crate::load::{Load, LoadOpts, LITE_SOURCE, PG_SOURCE, SOURCE_SECRET};
+use crate::procs::{Kind, Procs, SlotSpec};
+use crate::report::Report;
+use crate::sink::Sink;
+use crate::workdir::WorkDir;
+
+const DEST_SECRET: &str = "whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleS0wMDAwMDAwMA==";
+/// Per-attempt timeout of the sink destination; a stall lasts longer than this.
+const DEST_TIMEOUT: Duration = Duration::from_secs(2);
+const STALL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hookgate-chaos",
+    about = "Chaos harness for hookgate: real processes, faults, and a total-queue checker"
+)]
+struct Cli {
+    /// How long load and faults run (e.g. 60s, 10m).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Seed of every random choice (event mix, fault schedule); printed in the report.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also write the report here: JSON if the path ends in .json, else markdown.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// New events per second, over both stores (each resend and copy comes on top).
+    #[arg(long, default_value_t = 150.0)]
+    rate: f64,
+    /// How long to wait for the queues to empty after the faults stop.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    drain_timeout: Duration,
+    /// SIGKILL a random hookgate process every MIN..MAX.
+    #[arg(long, default_value = "2s..5s", value_parser = parse_range)]
+    kill_every: (Duration, Duration),
+    /// Inject one other fault (postgres restart, pg_terminate_backend, sink 500/stall) every MIN..MAX.
+    #[arg(long, default_value = "3s..7s", value_parser = parse_range)]
+    fault_every: (Duration, Duration),
+    /// Run the load without any fault (a baseline).
+    #[arg(long)]
+    no_faults: bool,
+    /// The hookgate binary to test (default: build it with cargo, same profile as this one).
+    #[arg(long)]
+    hookgate_bin: Option<PathBuf>,
+    /// RUST_LOG of the hookgate processes.
+    #[arg(long, default_value = "info")]
+    rust_log: String,
+    /// Keep the run directory (configs, logs, databases) instead of removing it.
+    #[arg(long)]
+    keep: bool,
+    /// Checker self-test: the sink answers 200 to every Nth delivery without recording it,
+    /// so the run must FAIL with lost (or stored-never-delivered) events.
+    #[arg(long, default_value_t = 0, hide = true)]
+    sabotage_forget_every: u64,
+}
+
+fn parse_range(s: &str) -> Result<(Duration, Duration), String> {
+    let (a, b) = s.split_once("..").ok_or("expected MIN..MAX, e.g. 2s..5s")?;
+    let a = humantime::parse_duration(a).map_err(|e| e.to_string())?;
+    let b = humantime::parse_duration(b).map_err(|e| e.to_string())?;
+    if b < a {
+        return Err("MAX is below MIN".into());
+    }
+    Ok((a, b))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Ctrl-C at any point drops the run, whose Teardown kills the processes and the cluster.
+    let result = tokio::select! {
+        r = run(cli) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("hookgate-chaos: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Kills every hookgate process and stops the cluster when dropped: on success, on `?`
+/// errors, and while unwinding from a panic.
+struct Teardown {
+    procs: Option<Arc<Procs>>,
+    cluster: Option<Arc<Cluster>>,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some(p) = &self.procs {
+            p.kill_all();
+        }
+        if let Some(c) = &self.cluster {
+            c.stop();
+        }
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The hookgate binary: given, or built by cargo next to this binary (same profile).
+fn hookgate_bin(cli: &Cli) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = &cli.hookgate_bin {
+        if !bin.is_file() {
+            bail!("--hookgate-bin {} does not exist", bin.display());
+        }
+        // Absolute: the processes run from the run directory.
+        return Ok(std::fs::canonicalize(bin)?);
+    }
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("binary without a directory")?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--quiet")
+        .arg("--manifest-path")
+        .arg(&manifest);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    cmd.args(["--bin", "hookgate"]);
+    eprintln!("chaos: building hookgate ({:?})", cmd);
+    let status = cmd.status().context("run cargo build")?;
+    if !status.success() {
+        bail!("cargo build --bin hookgate failed ({status})");
+    }
+    let bin = dir.join("hookgate");
+    if !bin.is_file() {
+        bail!(
+            "{} not found after cargo build; pass --hookgate-bin",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// What is under test, for the report: `hookgate --version`, and the source revision from
+/// `HOOKGATE_CHAOS_REV` or else `git describe --always --dirty` of this checkout.
+fn hookgate_revision(bin: &Path) -> String {
+    let run = |cmd: &mut Command| {
+        cmd.output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    let version = run(Command::new(bin).arg("--version")).unwrap_or_else(|| "hookgate".into());
+    let rev = std::env::var("HOOKGATE_CHAOS_REV").ok().or_else(|| {
+        run(Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(["describe", "--always", "--dirty"]))
+    });
+    match rev {
+        Some(rev) => format!("{version} ({rev})"),
+        None => version,
+    }
+}
+
+/// Delays before retries: a few short ones, then 10 s steps until the schedule outlasts the
+/// run and its drain (with margin), so nothing becomes a dead letter because of the faults.
+fn retry_schedule(outlast: Duration) -> Vec<String> {
+    let mut s: Vec<String> = ["1s", "1s", "2s", "5s", "5s"].map(String::from).to_vec();
+    let mut total = 14u64;
+    while total < outlast.as_secs() {
+        s.push("10s".into());
+        total += 10;
+    }
+    s
+}
+
+struct ConfigParams<'a> {
+    listen_port: u16,
+    db_url: &'a str,
+    source: &'a str,
+    sink_url: &'a str,
+    schedule: &'a [String],
+}
+
+fn render_config(p: &ConfigParams<'_>) -> String {
+    let schedule: Vec<String> = p.schedule.iter().map(|d| format!("\"{d}\"")).collect();
+    format!(
+        r#"# Generated by hookgate-chaos.
+[server]
+listen = "127.0.0.1:{port}"
+retry_after_seconds = 1
+request_timeout = "10s"
+
+[database]
+url = "{db}"
+max_connections = 8
+acquire_timeout = "3s"
+busy_timeout = "3s"
+
+[worker]
+concurrency = 32
+lease = "5s"
+poll_interval = "500ms"
+shutdown_grace = "2s"
+reconcile_interval = "2s"
+reconcile_lookback = "24h"
+
+[[sources]]
+name = "{source}"
+provider = "stripe"
+secrets = ["{secret}"]
+destinations = ["sink"]
+
+[[destinations]]
+name = "sink"
+url = "{sink}"
+signing_secret = "{dest_secret}"
+retry_schedule = [{schedule}]
+timeout = "{timeout}s"
+max_in_flight = 16
+"#,
+        port = p.listen_port,
+        db = p.db_url,
+        source = p.source,
+        secret = SOURCE_SECRET,
+        sink = p.sink_url,
+        dest_secret = DEST_SECRET,
+        schedule = schedule.join(", "),
+        timeout = DEST_TIMEOUT.as_secs(),
+    )
+}
+
+fn migrate(bin: &Path, config: &Path) -> anyhow::Result<()> {
+    let out = Command::new(bin)
+        .arg("migrate")
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .with_context(|| format!("run {}", bin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "hookgate migrate --config {} failed: {}",
+            config.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+async fn unfinished_jobs(pg_url: &str, lite: &Path) -> anyhow::Result<(i64, i64)> {
+    let pg = check::unfinished_pg(pg_url).await?;
+    let lite = check::unfinished_sqlite(lite).await?;
+    Ok((pg, lite))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    let t_build = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let seed = cli.seed.unwrap_or_else(|| fastrand::u64(..));
+    let mut command = format!(
+        "hookgate-chaos --duration {} --seed {seed} --rate {}",
+        humantime::format_duration(cli.duration),
+        cli.rate
+    );
+    if cli.no_faults {
+        command.push_str(" --no-faults");
+    }
+    if cli.sabotage_forget_every > 0 {
+        command.push_str(&format!(
+            " --sabotage-forget-every {}",
+            cli.sabotage_forget_every
+        ));
+    }
+    eprintln!("chaos: seed {seed} ({command})");
+    let bin = hookgate_bin(&cli)?;
+    let build_secs = t_build.elapsed().as_secs_f64();
+    let revision = hookgate_revision(&bin);
+    // Every time in the run (fault timeline, attempts, deliveries) counts from here.
+    let t0 = Instant::now();
+    let pg_bin = cluster::find_pg_bin()
+        .context("no PostgreSQL binaries (initdb, pg_ctl) in PATH or /usr/lib/postgresql/*/bin")?;
+
+    let workdir = Arc::new(WorkDir::create(cli.keep)?);
+    let pg_dir = workdir.path("pg");
+    workdir.spawn_watchdog(&cluster::stop_argv(&pg_bin, &pg_dir))?;
+    let mut teardown = Teardown {
+        procs: None,
+        cluster: None,
+    };
+
+    // PostgreSQL.
+    let cluster = Arc::new(Cluster::start(&pg_bin, &pg_dir, free_port()?).await?);
+    teardown.cluster = Some(cluster.clone());
+    let pg_url = cluster.url(DB_NAME);
+    eprintln!(
+        "chaos: PostgreSQL cluster at {pg_url} (data {})",
+        cluster.data_dir().display()
+    );
+
+    // The sink.
+    let sink = Sink::start(DEST_SECRET, STALL, t0, cli.sabotage_forget_every).await?;
+
+    // Configurations: one per process slot (each ingest process keeps its port).
+    let schedule = retry_schedule(cli.duration + cli.drain_timeout + Duration::from_secs(120));
+    let lite_db = workdir.path("lite.db");
+    let lite_url = format!("sqlite://{}", lite_db.display());
+    let mut specs = Vec::new();
+    for (name, kind) in [
+        ("pg-api-1", Kind::Api),
+        ("pg-api-2", Kind::Api),
+        ("pg-worker-1", Kind::Worker),
+        ("pg-worker-2", Kind::Worker),
+        ("sqlite-all", Kind::AllInOne),
+    ] {
+        let port = match kind {
+            Kind::Worker => None,
+            _ => Some(free_port()?),
+        };
+        let (db_url, source, sink_path) = match kind {
+            Kind::AllInOne => (lite_url.as_str(), LITE_SOURCE, "/sqlite"),
+            _ => (pg_url.as_str(), PG_SOURCE, "/postgres"),
+        };
+        let config = workdir.path(&format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            render_config(&ConfigParams {
+                listen_port: port.unwrap_or(0),
+                db_url,
+                source,
+                sink_url: &format!("{}{sink_path}", sink.base),
+                schedule: &schedule,
+            }),
+        )?;
+        specs.push(SlotSpec {
+            name: name.to_owned(),
+            kind,
+            config,
+            log: workdir.path(&format!("{name}.log")),
+            port,
+        });
+    }
+    migrate(&bin, &specs[0].config)?;
+    migrate(&bin, &specs[4].config)?;
+    let pg_ports: Vec<(usize, u16)> = specs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind == Kind::Api)
+        .map(|(i, s)| (i, s.port.expect("api port")))
+        .collect();
+    let lite_port = (4, specs[4].port.expect("all-in-one port"));
+
+    let procs = Arc::new(Procs::new(
+        bin.clone(),
+        cli.rust_log.clone(),
+        specs,
+        workdir.clone(),
+        t0,
+    ));
+    teardown.procs = Some(procs.clone());
+    for i in 0..procs.len() {
+        let p = procs.clone();
+        tokio::task::spawn_blocking(move || p.start(i)).await??;
+    }
+    let supervising = Arc::new(AtomicBool::new(true));
+    let supervisor = {
+        let (procs, supervising) = (procs.clone(), supervising.clone());
+        tokio::spawn(async move {
+            while supervising.load(Ordering::SeqCst) {
+                procs.supervise_once();
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let setup_secs = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "chaos: {} processes up after {setup_secs:.1}s; load and faults for {}",
+        procs.len(),
+        humantime::format_duration(cli.duration)
+    );
+
+    // Load and faults.
+    let t_load = Instant::now();
+    let load = Load::new(
+        LoadOpts {
+            rate: cli.rate,
+            pg_share: 2.0 / 3.0,
+            resend_later: 0.10,
+            concurrent: 0.05,
+            max_attempts: 12,
+            max_in_flight: 4000,
+            request_timeout: Duration::from_secs(10),
+        },
+        procs.clone(),
+        pg_ports,
+        lite_port,
+        t0,
+    )?;
+    let load_task = tokio::spawn(load.clone().run(seed));
+    let faults = Faults::new(
+        FaultOpts {
+            kill_every: cli.kill_every,
+            fault_every: cli.fault_every,
+            restart_delay: (Duration::from_millis(500), Duration::from_secs(3)),
+            sink_window: (Duration::from_secs(2), Duration::from_secs(8)),
+            // Longer than the 5 s lease.
+            pause: (Duration::from_secs(6), Duration::from_secs(9)),
+        },
+        procs.clone(),
+        cluster.clone(),
+        sink.state.clone(),
+        t0,
+    );
+    let fault_tasks = if cli.no_faults {
+        Vec::new()
+    } else {
+        vec![
+            tokio::spawn(faults.clone().kill_loop(seed ^ 0x6b69_6c6c)),
+            tokio::spawn(faults.clone().fault_loop(seed ^ 0x6661_756c)),
+        ]
+    };
+    tokio::time::sleep(cli.duration).await;
+
+    // Stop the faults and the new load; bring everything back.
+    faults.stop();
+    load.stop();
+    for t in fault_tasks {
+        let _ = t.await;
+    }
+    faults.stop();
+    let _ = load_task.await;
+    let load_secs = t_load.elapsed().as_secs_f64();
+    let t_settle = Instant::now();
+    eprintln!(
+        "chaos: load and faults stopped after {load_secs:.1}s; {} copies still in flight",
+        load.in_flight()
+    );
+    let mut warnings = Vec::new();
+    {
+        let c = cluster.clone();
+        tokio::task::spawn_blocking(move || c.ensure_running()).await??;
+    }
+    cluster.wait_ready(Duration::from_secs(60)).await?;
+    procs.release_holds();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !procs.all_up() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if !procs.all_up() {
+        warnings.push("not every hookgate process could be restarted within 60 s".to_owned());
+    }
+    if !load.wait_idle(Duration::from_secs(90)).await {
+        warnings.push(format!(
+            "{} sender copies were still retrying 90 s after the load stopped",
+            load.in_flight()
+        ));
+    }
+    let settle_secs = t_settle.elapsed().as_secs_f64();
+
+    // Drain.
+    let t_drain = Instant::now();
+    let drain_deadline = Instant::now() + cli.drain_timeout;
+    let mut last = (-1, -1);
+    loop {
+        match unfinished_jobs(&pg_url, &lite_db).await {
+            Ok((0, 0)) => break,
+            Ok(n) => last = n,
+            Err(e) => eprintln!("chaos: drain poll failed (retrying): {e}"),
+        }
+        if Instant::now() > drain_deadline {
+            warnings.push(format!(
+                "the queues did not drain within {}: {} PostgreSQL and {} SQLite jobs left",
+                humantime::format_duration(cli.drain_timeout),
+                last.0,
+                last.1
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let drain_secs = t_drain.elapsed().as_secs_f64();
+    eprintln!("chaos: drained in {drain_secs:.1}s; checking");
+
+    // Check.
+    let postgres = check::DbState::read_pg(&pg_url).await?;
+    let sqlite = check::DbState::read_sqlite(&lite_db).await?;
+    supervising.store(false, Ordering::SeqCst);
+    let _ = supervisor.await;
+    let records = load.records.lock().unwrap().clone();
+    let deliveries = sink.state.deliveries();
+    let findings = check::check(&records, &deliveries, &postgres, &sqlite);
+    let violations = findings.violations();
+    let unexpected_exits = procs.unexpected_exits();
+    if !unexpected_exits.is_empty() {
+        warnings.push(format!(
+            "{} hookgate process(es) exited on their own (restarted by the harness): {}",
+            unexpected_exits.len(),
+            unexpected_exits
+                .iter()
+                .map(|e| format!("{} at +{:.1}s ({})", e.slot, e.at_secs, e.status))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let fault_log = faults.log.lock().unwrap().clone();
+    let report = Report {
+        verdict: if violations.is_empty() {
+            "PASS"
+        } else {
+            "FAIL"
+        },
+        seed,
+        started_at,
+        hookgate_bin: bin.display().to_string(),
+        hookgate_revision: revision,
+        command,
+        rate: cli.rate,
+        build_secs,
+        setup_secs,
+        load_secs,
+        settle_secs,
+        drain_secs,
+        total_secs: t0.elapsed().as_secs_f64(),
+        findings,
+        faults_total: fault_log.len() as u64,
+        faults: faults.counts(),
+        starts: procs.start_counts(),
+        unexpected_exits,
+        postgres,
+        sqlite,
+        violations,
+        warnings,
+        fault_log,
+    };
+    print!("{}", report.text());
+    if let Some(path) = &cli.report {
+        let body = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::to_string_pretty(&report)?
+        } else {
+            report.markdown()
+        };
+        std::fs::write(path, body).with_context(|| format!("write {}", path.display()))?;
+        eprintln!("chaos: report written to {}", path.display());
+    }
+    if cli.keep {
+        let deliveries_path = workdir.path("deliveries.jsonl");
+        let lines: Vec<String> = deliveries
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "at": d.at_secs, "path": d.path, "webhook_id": d.webhook_id,
+                    "provider_event_id": d.provider_event_id, "attempt": d.attempt,
+                    "answered": format!("{:?}", d.answered), "signature_ok": d.signature_ok,
+                })
+                .to_string()
+            })
+            .collect();
+        let _ = std::fs::write(deliveries_path, lines.join("\n"));
+        let mut recs: Vec<(&String, &load::EventRecord)> = records.iter().collect();
+        recs.sort_by(|a, b| a.0.cmp(b.0));
+        let lines: Vec<String> = recs
+            .iter()
+            .map(|(id, r)| {
+                serde_json::json!({
+                    "id": id, "target": r.target, "copies": r.copies,
+                    "attempts": r.attempts, "gave_up": r.gave_up,
+                })
+                .to_string()
+            })
+            .collect();
+        let _ = std::fs::write(workdir.path("sent.jsonl"), lines.join("\n"));
+    }
+    let pass = report.violations.is_empty();
+    drop(teardown);
+    sink.stop().await;
+    Ok(pass)
+}
