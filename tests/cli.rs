@@ -109,6 +109,10 @@ fn check_rejects_bad_configs_naming_the_key() {
         "[retention]\nforce_short_dedupe_window = true",
     );
     assert!(check(&forced, &[]).status.success(), "forced explicitly");
+    let sync = |level: &str| format!("[database]\nsqlite_synchronous = \"{level}\"\n{VALID}");
+    assert!(check(&sync("normal"), &[]).status.success());
+    assert!(check(&sync("full"), &[]).status.success());
+    assert_rejected_naming(&sync("off"), &[], "database.sqlite_synchronous");
     let token = |digest: &str| {
         format!("{VALID}\n[[admin.tokens]]\ntenant = \"acme\"\ntoken_sha256 = \"{digest}\"\n")
     };

@@ -11,7 +11,7 @@ pub use settings::{
 };
 pub use validate::{
     AdminConfig, AdminToken, DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig,
-    Source, WorkerConfig,
+    Source, SqliteSynchronous, WorkerConfig,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -56,7 +56,7 @@ fn default_ingest_batch_max() -> usize {
     128
 }
 fn default_ingest_writers() -> usize {
-    4
+    2
 }
 
 impl Default for ServerSettings {
@@ -99,6 +99,10 @@ pub struct DatabaseSettings {
     /// SQLite only: how long a writer waits for the write lock.
     #[serde(default = "default_busy_timeout")]
     pub busy_timeout: String,
+    /// SQLite only: `full` (a 2xx survives a power loss) or `normal` (a 2xx survives a
+    /// process crash; the last commits before a power loss may be lost).
+    #[serde(default = "default_sqlite_synchronous")]
+    pub sqlite_synchronous: String,
 }
 
 impl Default for DatabaseSettings {
@@ -108,10 +112,14 @@ impl Default for DatabaseSettings {
             max_connections: default_max_connections(),
             acquire_timeout: default_acquire_timeout(),
             busy_timeout: default_busy_timeout(),
+            sqlite_synchronous: default_sqlite_synchronous(),
         }
     }
 }
 
+fn default_sqlite_synchronous() -> String {
+    "full".into()
+}
 fn default_database_url() -> String {
     "sqlite://hookgate.db".into()
 }

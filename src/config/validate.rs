@@ -30,6 +30,17 @@ pub struct DatabaseConfig {
     pub max_connections: u32,
     pub acquire_timeout: Duration,
     pub busy_timeout: Duration,
+    pub sqlite_synchronous: SqliteSynchronous,
+}
+
+/// How far a SQLite commit is flushed before the gateway answers 2xx (WAL mode either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqliteSynchronous {
+    /// The WAL is fsynced at every commit: a 2xx survives a power loss.
+    Full,
+    /// The WAL is written at every commit and fsynced at checkpoints: a 2xx survives a
+    /// process crash, not a power loss.
+    Normal,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +189,16 @@ impl GatewayConfig {
             max_connections: d.max_connections,
             acquire_timeout: duration("database.acquire_timeout", &d.acquire_timeout)?,
             busy_timeout: duration("database.busy_timeout", &d.busy_timeout)?,
+            sqlite_synchronous: match d.sqlite_synchronous.as_str() {
+                "full" => SqliteSynchronous::Full,
+                "normal" => SqliteSynchronous::Normal,
+                _ => {
+                    return Err(invalid(
+                        "database.sqlite_synchronous",
+                        "must be \"full\" or \"normal\"",
+                    ))
+                }
+            },
         };
         let log_format = match settings.log.format.as_deref() {
             None | Some("text") => LogFormat::Text,

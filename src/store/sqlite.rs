@@ -1,7 +1,9 @@
-//! SQLite backend: the embedded default. WAL mode with `synchronous = FULL`, so a commit
-//! survives a process crash and a power loss; writers queue on the write lock (busy timeout).
+//! SQLite backend: the embedded default. WAL mode with `synchronous = FULL` by default, so a
+//! commit survives a process crash and a power loss (`database.sqlite_synchronous = "normal"`:
+//! a process crash only); writers queue on the write lock (busy timeout).
 
 mod admin;
+mod ingest;
 mod retention;
 
 use std::str::FromStr;
@@ -59,7 +61,10 @@ impl SqliteStore {
             .map_err(StoreError::Database)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(match config.sqlite_synchronous {
+                crate::config::SqliteSynchronous::Full => SqliteSynchronous::Full,
+                crate::config::SqliteSynchronous::Normal => SqliteSynchronous::Normal,
+            })
             .busy_timeout(config.busy_timeout)
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
@@ -93,52 +98,8 @@ impl SqliteStore {
         // IMMEDIATE takes the write lock up front, so the transaction never has to upgrade a
         // read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut outcomes = Vec::with_capacity(uniques.len());
-        let mut queued = false;
-        for &i in &uniques {
-            let e = &events[i];
-            let id = e.id.to_string();
-            let created: Option<String> = sqlx::query_scalar(
-                "INSERT INTO events (id, tenant, source, provider_event_id, event_type, \
-                 received_at, content_type, headers, body, verified_scheme, verified_secret_index) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id",
-            )
-            .bind(&id)
-            .bind(e.tenant.as_str())
-            .bind(e.source.as_str())
-            .bind(e.provider_event_id.as_str())
-            .bind(e.event_type)
-            .bind(millis(e.received_at))
-            .bind(e.content_type)
-            .bind(&e.headers_json)
-            .bind(e.body)
-            .bind(e.verified_scheme)
-            .bind(e.verified_secret_index)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if created.is_some() {
-                for destination in e.destinations {
-                    insert_job(&mut tx, &id, destination.as_str(), millis(e.received_at)).await?;
-                    queued = true;
-                }
-                outcomes.push(InsertOutcome::Created(e.id));
-                continue;
-            }
-            let existing: Option<String> = sqlx::query_scalar(
-                "SELECT id FROM events WHERE source = ? AND provider_event_id = ?",
-            )
-            .bind(e.source.as_str())
-            .bind(e.provider_event_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-            let existing = existing.ok_or_else(|| {
-                StoreError::Corrupt("conflicting event vanished before it could be read".into())
-            })?;
-            outcomes.push(InsertOutcome::Duplicate(EventId::from_uuid(parse_uuid(
-                &existing,
-            )?)));
-        }
+        let rows: Vec<&NewEvent<'_>> = uniques.iter().map(|&i| &events[i]).collect();
+        let (outcomes, queued) = ingest::insert_batch(&mut tx, &rows).await?;
         tx.commit().await?;
         if queued {
             self.job_signal.notify_one();

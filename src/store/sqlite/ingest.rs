@@ -1,0 +1,181 @@
+//! Group commit on SQLite: a batch is written with multi-row inserts. Each statement is a
+//! round trip to the connection's worker thread, and those hand-offs, not SQLite itself, were
+//! most of the cost of a row-by-row batch.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use sqlx::{Sqlite, Transaction};
+
+use super::{millis, parse_uuid};
+use crate::domain::{EventId, JobId};
+use crate::store::{InsertOutcome, NewEvent, StoreError};
+
+/// Rows per statement are powers of two up to this, so a connection's statement cache holds
+/// a handful of shapes instead of one per batch size.
+const MAX_ROWS: usize = 64;
+const EVENT_PARAMS: usize = 11;
+const JOB_PARAMS: usize = 4;
+
+fn statement(
+    rows: usize,
+    cache: &'static OnceLock<Vec<String>>,
+    head: &str,
+    row: &str,
+) -> &'static str {
+    let all = cache.get_or_init(|| {
+        (0..=MAX_ROWS.trailing_zeros())
+            .map(|p| {
+                let values = vec![row; 1 << p].join(", ");
+                head.replace("{values}", &values)
+            })
+            .collect()
+    });
+    &all[rows.trailing_zeros() as usize]
+}
+
+fn events_statement(rows: usize) -> &'static str {
+    static CACHE: OnceLock<Vec<String>> = OnceLock::new();
+    statement(
+        rows,
+        &CACHE,
+        "INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
+         content_type, headers, body, verified_scheme, verified_secret_index) VALUES {values} \
+         ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+}
+
+fn jobs_statement(rows: usize) -> &'static str {
+    static CACHE: OnceLock<Vec<String>> = OnceLock::new();
+    statement(
+        rows,
+        &CACHE,
+        "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+         created_at, updated_at) SELECT column1, column2, column3, 'pending', 0, column4, \
+         column4, column4 FROM (VALUES {values})",
+        "(?, ?, ?, ?)",
+    )
+}
+
+/// Splits `n` into power-of-two chunk sizes, largest first.
+fn chunks(mut n: usize) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if n == 0 {
+            return None;
+        }
+        let size = if n >= MAX_ROWS {
+            MAX_ROWS
+        } else {
+            1 << (usize::BITS - 1 - n.leading_zeros())
+        };
+        n -= size;
+        Some(size)
+    })
+}
+
+/// Inserts the (already deduplicated) events and the jobs of those it created, in `tx`.
+/// Returns each event's outcome, in order, and whether any job was queued.
+pub(super) async fn insert_batch(
+    tx: &mut Transaction<'_, Sqlite>,
+    events: &[&NewEvent<'_>],
+) -> Result<(Vec<InsertOutcome>, bool), StoreError> {
+    debug_assert!(EVENT_PARAMS * MAX_ROWS < 32_766 && JOB_PARAMS * MAX_ROWS < 32_766);
+    let ids: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
+    let mut created: HashSet<String> = HashSet::with_capacity(events.len());
+    let mut start = 0;
+    for size in chunks(events.len()) {
+        let mut query = sqlx::query_scalar::<_, String>(events_statement(size));
+        for (e, id) in events[start..start + size].iter().zip(&ids[start..]) {
+            query = query
+                .bind(id.as_str())
+                .bind(e.tenant.as_str())
+                .bind(e.source.as_str())
+                .bind(e.provider_event_id.as_str())
+                .bind(e.event_type)
+                .bind(millis(e.received_at))
+                .bind(e.content_type)
+                .bind(e.headers_json.as_str())
+                .bind(e.body)
+                .bind(e.verified_scheme)
+                .bind(e.verified_secret_index);
+        }
+        created.extend(query.fetch_all(&mut **tx).await?);
+        start += size;
+    }
+
+    let mut jobs: Vec<(String, &str, &str, i64)> = Vec::new();
+    for (e, id) in events.iter().zip(&ids) {
+        if created.contains(id) {
+            for d in e.destinations {
+                jobs.push((
+                    JobId::generate().to_string(),
+                    id.as_str(),
+                    d.as_str(),
+                    millis(e.received_at),
+                ));
+            }
+        }
+    }
+    let mut start = 0;
+    for size in chunks(jobs.len()) {
+        let mut query = sqlx::query(jobs_statement(size));
+        for (job_id, event_id, destination, at) in &jobs[start..start + size] {
+            query = query
+                .bind(job_id.as_str())
+                .bind(*event_id)
+                .bind(*destination)
+                .bind(*at);
+        }
+        query.execute(&mut **tx).await?;
+        start += size;
+    }
+
+    let mut outcomes = Vec::with_capacity(events.len());
+    for (e, id) in events.iter().zip(&ids) {
+        if created.contains(id) {
+            outcomes.push(InsertOutcome::Created(e.id));
+            continue;
+        }
+        let existing: Option<String> =
+            sqlx::query_scalar("SELECT id FROM events WHERE source = ? AND provider_event_id = ?")
+                .bind(e.source.as_str())
+                .bind(e.provider_event_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?;
+        let existing = existing.ok_or_else(|| {
+            StoreError::Corrupt("conflicting event vanished before it could be read".into())
+        })?;
+        outcomes.push(InsertOutcome::Duplicate(EventId::from_uuid(parse_uuid(
+            &existing,
+        )?)));
+    }
+    Ok((outcomes, !jobs.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_powers_of_two_that_add_up() {
+        for n in 0..=300 {
+            let sizes: Vec<usize> = chunks(n).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), n, "n = {n}");
+            assert!(sizes.iter().all(|s| s.is_power_of_two() && *s <= MAX_ROWS));
+        }
+        assert_eq!(chunks(45).collect::<Vec<_>>(), vec![32, 8, 4, 1]);
+    }
+
+    #[test]
+    fn statements_have_one_placeholder_per_value() {
+        for p in 0..=MAX_ROWS.trailing_zeros() {
+            let rows = 1 << p;
+            assert_eq!(
+                events_statement(rows).matches('?').count(),
+                rows * EVENT_PARAMS
+            );
+            assert_eq!(jobs_statement(rows).matches('?').count(), rows * JOB_PARAMS);
+        }
+    }
+}
