@@ -16,6 +16,8 @@ use crate::store::{InsertOutcome, NewEvent, StoreError};
 const MAX_ROWS: usize = 64;
 const EVENT_PARAMS: usize = 11;
 const JOB_PARAMS: usize = 4;
+// SQLite's default limit on a statement's parameters.
+const _: () = assert!(EVENT_PARAMS * MAX_ROWS < 32_766 && JOB_PARAMS * MAX_ROWS < 32_766);
 
 fn statement(
     rows: usize,
@@ -80,7 +82,6 @@ pub(super) async fn insert_batch(
     tx: &mut Transaction<'_, Sqlite>,
     events: &[&NewEvent<'_>],
 ) -> Result<(Vec<InsertOutcome>, bool), StoreError> {
-    debug_assert!(EVENT_PARAMS * MAX_ROWS < 32_766 && JOB_PARAMS * MAX_ROWS < 32_766);
     let ids: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
     let mut created: HashSet<String> = HashSet::with_capacity(events.len());
     let mut start = 0;
