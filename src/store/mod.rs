@@ -14,6 +14,7 @@ mod admin;
 mod admin_sql;
 mod admin_types;
 mod batch;
+mod group_commit;
 mod idempotency;
 mod postgres;
 mod sqlite;
@@ -34,11 +35,12 @@ pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
     NewJob, PageCursor, ProgressKey, SavedResponse,
 };
+pub use group_commit::GroupCommit;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use types::{
-    AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome, JobUpdate, NewEvent,
-    StoredAttempt, StoredEvent, StoredJob,
+    AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome, JobOutcome, JobUpdate,
+    NewEvent, StoredAttempt, StoredEvent, StoredJob,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -232,7 +234,23 @@ impl Store {
         record: &AttemptRecord,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.finish_job(job, claim_token, update, record, now).await)
+        let outcome = JobOutcome {
+            job,
+            claim_token,
+            update,
+            record: record.clone(),
+            now,
+        };
+        let applied = self.finish_jobs(std::slice::from_ref(&outcome)).await?;
+        Ok(applied.first().copied().unwrap_or(false))
+    }
+
+    /// `finish_job` for many jobs in one transaction; whether each update applied, in order.
+    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        dispatch!(self, s => s.finish_jobs(outcomes).await)
     }
 
     /// Extends a lease while its claim holds.

@@ -13,8 +13,8 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
-    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease,
-    InsertOutcome, JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
+    batch, headers_from_json, AttemptOutcome, ClaimedJob, ExpiredLease, InsertOutcome, JobOutcome,
+    NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
 };
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
@@ -36,6 +36,30 @@ const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_att
 
 const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
     content_type, headers::text AS headers, body, verified_scheme, verified_secret_index";
+
+/// Delivery outcomes, many at once (see `finish_jobs`).
+const FINISH_JOBS_SQL: &str = "\
+    WITH o AS ( \
+        SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], \
+            $6::timestamptz[], $7::uuid[], $8::int4[], $9::text[], $10::timestamptz[], \
+            $11::int8[], $12::int4[], $13::text[]) \
+            AS o(job_id, token, status, next_at, error, now, attempt_id, attempt, worker_id, \
+                started_at, duration_ms, status_code, outcome) \
+    ), applied AS ( \
+        UPDATE jobs j SET status = o.status, \
+            next_attempt_at = COALESCE(o.next_at, j.next_attempt_at), last_error = o.error, \
+            locked_until = NULL, claim_token = NULL, updated_at = o.now \
+        FROM o WHERE j.id = o.job_id AND j.claim_token = o.token AND j.status = 'in_progress' \
+        RETURNING j.id \
+    ), recorded AS ( \
+        INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
+            duration_ms, status_code, error, outcome) \
+        SELECT o.attempt_id, o.job_id, o.attempt, o.worker_id, o.started_at, o.duration_ms, \
+            o.status_code, o.error, \
+            CASE WHEN o.job_id IN (SELECT id FROM applied) THEN o.outcome ELSE $14 END \
+        FROM o \
+    ) \
+    SELECT id FROM applied";
 
 /// Group commit's one statement. Jobs come pre-built for every event in the batch and are
 /// kept only for the events this statement created; the notification is sent only when a
@@ -315,58 +339,70 @@ impl PgStore {
             .collect()
     }
 
-    pub async fn finish_job(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        update: JobUpdate,
-        record: &AttemptRecord,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let (status, next_attempt_at) = match update {
-            JobUpdate::Succeeded => ("succeeded", None),
-            JobUpdate::Retry { next_attempt_at } => ("pending", Some(next_attempt_at)),
-            JobUpdate::Failed => ("failed", None),
-        };
+    /// One statement for the whole batch: every update applies only where its claim token
+    /// still holds the job, and every attempt is recorded (as `lease_lost` where it did not).
+    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
+        let statuses: Vec<_> = outcomes.iter().map(JobOutcome::status).collect();
         let mut tx = self.pool.begin().await?;
         relaxed_commit(&mut tx).await?;
-        let applied = sqlx::query(
-            "UPDATE jobs SET status = $1, next_attempt_at = COALESCE($2, next_attempt_at), \
-             last_error = $3, locked_until = NULL, claim_token = NULL, updated_at = $4 \
-             WHERE id = $5 AND claim_token = $6 AND status = 'in_progress'",
-        )
-        .bind(status)
-        .bind(next_attempt_at)
-        .bind(record.error.as_deref())
-        .bind(now)
-        .bind(job.as_uuid())
-        .bind(claim_token)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        let outcome = if applied {
-            record.outcome
-        } else {
-            AttemptOutcome::LeaseLost
-        };
-        sqlx::query(
-            "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
-             duration_ms, status_code, error, outcome) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(job.as_uuid())
-        .bind(record.attempt)
-        .bind(&record.worker_id)
-        .bind(record.started_at)
-        .bind(record.duration_ms)
-        .bind(record.status_code)
-        .bind(record.error.as_deref())
-        .bind(outcome.as_str())
-        .execute(&mut *tx)
-        .await?;
+        let applied: Vec<Uuid> = sqlx::query_scalar(FINISH_JOBS_SQL)
+            .bind(outcomes.iter().map(|o| o.job.as_uuid()).collect::<Vec<_>>())
+            .bind(outcomes.iter().map(|o| o.claim_token).collect::<Vec<_>>())
+            .bind(statuses.iter().map(|s| s.0).collect::<Vec<_>>())
+            .bind(statuses.iter().map(|s| s.1).collect::<Vec<_>>())
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.error.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(outcomes.iter().map(|o| o.now).collect::<Vec<_>>())
+            .bind(outcomes.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.attempt)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.worker_id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.started_at)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.duration_ms)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.status_code)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|o| o.record.outcome.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(AttemptOutcome::LeaseLost.as_str())
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(applied)
+        let applied: HashSet<Uuid> = applied.into_iter().collect();
+        Ok(outcomes
+            .iter()
+            .map(|o| applied.contains(&o.job.as_uuid()))
+            .collect())
     }
 
     pub async fn renew_lease(

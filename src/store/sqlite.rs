@@ -19,8 +19,8 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    batch, headers_from_json, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease,
-    InsertOutcome, JobUpdate, NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
+    batch, headers_from_json, AttemptOutcome, ClaimedJob, ExpiredLease, InsertOutcome, JobOutcome,
+    NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
 };
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
@@ -239,57 +239,55 @@ impl SqliteStore {
         Ok(jobs)
     }
 
-    pub async fn finish_job(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        update: JobUpdate,
-        record: &AttemptRecord,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let (status, next_attempt_at) = match update {
-            JobUpdate::Succeeded => ("succeeded", None),
-            JobUpdate::Retry { next_attempt_at } => ("pending", Some(millis(next_attempt_at))),
-            JobUpdate::Failed => ("failed", None),
-        };
+    /// All outcomes in one transaction (one commit, one fsync); each update applies only
+    /// where its claim token still holds the job, and each attempt is recorded.
+    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = sqlx::query(
-            "UPDATE jobs SET status = ?, next_attempt_at = COALESCE(?, next_attempt_at), \
-             last_error = ?, locked_until = NULL, claim_token = NULL, updated_at = ? \
-             WHERE id = ? AND claim_token = ? AND status = 'in_progress'",
-        )
-        .bind(status)
-        .bind(next_attempt_at)
-        .bind(record.error.as_deref())
-        .bind(millis(now))
-        .bind(job.to_string())
-        .bind(claim_token.to_string())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        let outcome = if applied {
-            record.outcome
-        } else {
-            AttemptOutcome::LeaseLost
-        };
-        sqlx::query(
-            "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
-             duration_ms, status_code, error, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(Uuid::now_v7().to_string())
-        .bind(job.to_string())
-        .bind(record.attempt)
-        .bind(&record.worker_id)
-        .bind(millis(record.started_at))
-        .bind(record.duration_ms)
-        .bind(record.status_code)
-        .bind(record.error.as_deref())
-        .bind(outcome.as_str())
-        .execute(&mut *tx)
-        .await?;
+        let mut applied = Vec::with_capacity(outcomes.len());
+        let mut requeued = false;
+        for o in outcomes {
+            let (status, next_attempt_at) = o.status();
+            let job = o.job.to_string();
+            let done = sqlx::query(
+                "UPDATE jobs SET status = ?, next_attempt_at = COALESCE(?, next_attempt_at), \
+                 last_error = ?, locked_until = NULL, claim_token = NULL, updated_at = ? \
+                 WHERE id = ? AND claim_token = ? AND status = 'in_progress'",
+            )
+            .bind(status)
+            .bind(next_attempt_at.map(millis))
+            .bind(o.record.error.as_deref())
+            .bind(millis(o.now))
+            .bind(&job)
+            .bind(o.claim_token.to_string())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            let outcome = if done {
+                o.record.outcome
+            } else {
+                AttemptOutcome::LeaseLost
+            };
+            sqlx::query(
+                "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
+                 duration_ms, status_code, error, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(Uuid::now_v7().to_string())
+            .bind(&job)
+            .bind(o.record.attempt)
+            .bind(&o.record.worker_id)
+            .bind(millis(o.record.started_at))
+            .bind(o.record.duration_ms)
+            .bind(o.record.status_code)
+            .bind(o.record.error.as_deref())
+            .bind(outcome.as_str())
+            .execute(&mut *tx)
+            .await?;
+            requeued |= done && next_attempt_at.is_some();
+            applied.push(done);
+        }
         tx.commit().await?;
-        if next_attempt_at.is_some() && applied {
+        if requeued {
             self.job_signal.notify_one();
         }
         Ok(applied)

@@ -125,6 +125,27 @@ pub struct AttemptRecord {
     pub outcome: AttemptOutcome,
 }
 
+/// A delivery's result for one claimed job, as written by `Store::finish_jobs`.
+#[derive(Debug, Clone)]
+pub struct JobOutcome {
+    pub job: JobId,
+    pub claim_token: Uuid,
+    pub update: JobUpdate,
+    pub record: AttemptRecord,
+    pub now: DateTime<Utc>,
+}
+
+impl JobOutcome {
+    /// The job's new status and, for a retry, when it is due.
+    pub(crate) fn status(&self) -> (&'static str, Option<DateTime<Utc>>) {
+        match self.update {
+            JobUpdate::Succeeded => ("succeeded", None),
+            JobUpdate::Retry { next_attempt_at } => ("pending", Some(next_attempt_at)),
+            JobUpdate::Failed => ("failed", None),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoredAttempt {
     pub job_id: JobId,

@@ -8,12 +8,15 @@ use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
 use crate::delivery::{Deliverer, Delivery};
 use crate::queue::{NextStep, Verdict};
-use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, JobUpdate, Store};
+use crate::store::{
+    AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate, Store,
+};
 use crate::telemetry::Metrics;
 
 pub(super) struct Context {
     pub worker_id: String,
     pub store: Store,
+    pub outcomes: GroupCommit<JobOutcome, bool>,
     pub config: Arc<GatewayConfig>,
     pub deliverer: Deliverer,
     pub crash: CrashPoints,
@@ -129,11 +132,14 @@ impl Context {
     }
 
     async fn finish(&self, job: &ClaimedJob, update: JobUpdate, record: AttemptRecord) -> bool {
-        match self
-            .store
-            .finish_job(job.job_id, job.claim_token, update, &record, Utc::now())
-            .await
-        {
+        let outcome = JobOutcome {
+            job: job.job_id,
+            claim_token: job.claim_token,
+            update,
+            record,
+            now: Utc::now(),
+        };
+        match self.outcomes.submit(outcome).await {
             Ok(true) => true,
             Ok(false) => {
                 tracing::warn!(job_id = %job.job_id, "lease lost before the outcome was recorded; a newer claim owns the job");

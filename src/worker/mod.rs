@@ -6,7 +6,7 @@ mod deliver;
 mod reconcile;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,7 +17,10 @@ use uuid::Uuid;
 use crate::config::GatewayConfig;
 use crate::delivery::Deliverer;
 use crate::domain::JobId;
-use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, JobUpdate, Store, StoreError};
+use crate::store::{
+    AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate, Store,
+    StoreError,
+};
 use crate::telemetry::Metrics;
 
 pub use crash::{CrashPoint, CrashPoints};
@@ -36,9 +39,15 @@ pub struct Worker {
     /// Jobs claimed and not yet finished, to hand back on shutdown.
     in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
     finished: Arc<Notify>,
+    /// Outcomes of concurrent deliveries share transactions; started on first use, inside
+    /// the runtime.
+    outcomes: OnceLock<GroupCommit<JobOutcome, bool>>,
     crash: CrashPoints,
     metrics: Arc<Metrics>,
 }
+
+/// Outcomes written per transaction, at most.
+const OUTCOME_BATCH_MAX: usize = 128;
 
 impl Worker {
     pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
@@ -61,6 +70,7 @@ impl Worker {
             per_destination,
             in_flight: Arc::default(),
             finished: Arc::default(),
+            outcomes: OnceLock::new(),
             crash: CrashPoints::default(),
             metrics: Arc::default(),
         }
@@ -210,9 +220,21 @@ impl Worker {
         job: ClaimedJob,
         permits: [OwnedSemaphorePermit; 2],
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let outcomes = self.outcomes.get_or_init(|| {
+            let store = self.store.clone();
+            GroupCommit::start(
+                self.store.write_parallelism(2),
+                OUTCOME_BATCH_MAX,
+                move |batch: Vec<JobOutcome>| {
+                    let store = store.clone();
+                    async move { store.finish_jobs(&batch).await }
+                },
+            )
+        });
         let ctx = deliver::Context {
             worker_id: self.id.clone(),
             store: self.store.clone(),
+            outcomes: outcomes.clone(),
             config: self.config.clone(),
             deliverer: self.deliverer.clone(),
             crash: self.crash.clone(),

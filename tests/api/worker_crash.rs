@@ -10,10 +10,11 @@ use crate::support::sink::Sink;
 use crate::support::{spawn_app_with_sink, Backend, TestApp};
 use hookgate::domain::EventId;
 use hookgate::queue::JobStatus;
-use hookgate::store::{AttemptOutcome, AttemptRecord, JobUpdate};
+use hookgate::store::{AttemptOutcome, AttemptRecord, JobOutcome, JobUpdate};
 use hookgate::worker::CrashPoint;
 
 both_backends!(
+    outcomes_written_together_are_fenced_one_by_one,
     crash_after_claim_redelivers_once,
     crash_after_send_redelivers_once,
     crash_before_outcome_redelivers_once,
@@ -221,6 +222,96 @@ async fn a_lost_lease_cannot_overwrite_the_newer_result(backend: Backend) {
         .renew_lease(slow[0].job_id, slow[0].claim_token, after_lease())
         .await
         .unwrap());
+}
+
+/// Workers write outcomes in batches (group commit): each outcome in a batch is fenced by
+/// its own claim token, and a stale one is recorded as `lease_lost` without failing the rest.
+async fn outcomes_written_together_are_fenced_one_by_one(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+    })
+    .await;
+    let events = [
+        ingest_svix(&app, "msg_batch_a").await,
+        ingest_svix(&app, "msg_batch_b").await,
+        ingest_svix(&app, "msg_batch_c").await,
+    ];
+    let now = Utc::now();
+    let claimed = app
+        .store
+        .claim_jobs("billing", 10, now, now + chrono::Duration::seconds(30))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let by_event = |e: EventId| claimed.iter().find(|j| j.event_id == e).unwrap();
+    let (a, b, c) = (
+        by_event(events[0]),
+        by_event(events[1]),
+        by_event(events[2]),
+    );
+    let retry_at = now + chrono::Duration::minutes(5);
+    let outcome = |job: &hookgate::store::ClaimedJob, token, update, outcome| JobOutcome {
+        job: job.job_id,
+        claim_token: token,
+        update,
+        record: AttemptRecord {
+            attempt: job.attempt,
+            worker_id: "test".into(),
+            started_at: now,
+            duration_ms: 1,
+            status_code: Some(200),
+            error: None,
+            outcome,
+        },
+        now,
+    };
+    let applied = app
+        .store
+        .finish_jobs(&[
+            outcome(
+                a,
+                a.claim_token,
+                JobUpdate::Succeeded,
+                AttemptOutcome::Succeeded,
+            ),
+            outcome(
+                b,
+                uuid::Uuid::now_v7(),
+                JobUpdate::Succeeded,
+                AttemptOutcome::Succeeded,
+            ),
+            outcome(
+                c,
+                c.claim_token,
+                JobUpdate::Retry {
+                    next_attempt_at: retry_at,
+                },
+                AttemptOutcome::Retry,
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(applied, [true, false, true]);
+    let (ja, jb, jc) = (
+        app.job(events[0], "billing").await,
+        app.job(events[1], "billing").await,
+        app.job(events[2], "billing").await,
+    );
+    assert_eq!(ja.status, JobStatus::Succeeded);
+    assert_eq!(
+        jb.status,
+        JobStatus::InProgress,
+        "a stale token changes nothing"
+    );
+    assert_eq!(jc.status, JobStatus::Pending);
+    assert_eq!(
+        jc.next_attempt_at.timestamp_millis(),
+        retry_at.timestamp_millis()
+    );
+    assert_eq!(outcomes(&app, ja.id).await, ["succeeded"]);
+    assert_eq!(outcomes(&app, jb.id).await, ["lease_lost"]);
+    assert_eq!(outcomes(&app, jc.id).await, ["retry"]);
 }
 
 async fn graceful_shutdown_hands_unfinished_jobs_back(backend: Backend) {

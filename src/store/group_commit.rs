@@ -1,0 +1,150 @@
+//! Group commit: concurrent callers share transactions. A writer task takes every item
+//! waiting (up to a batch size), writes them with one call, and answers each caller only
+//! after that call returns. With nothing else waiting, a batch is just one item: no caller
+//! waits for a batch to fill. Ingest uses it for events, workers for delivery outcomes.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Mutex, RwLock};
+
+use super::StoreError;
+
+type Reply<R> = oneshot::Sender<Result<R, Arc<StoreError>>>;
+
+struct Shared<T, R> {
+    receiver: Mutex<mpsc::Receiver<(T, Reply<R>)>>,
+    /// Tests hold this to let items pile up into one batch.
+    gate: RwLock<()>,
+    submitted: AtomicU64,
+    batches: AtomicU64,
+}
+
+/// Handle to the writer tasks; cheap to clone.
+pub struct GroupCommit<T, R> {
+    sender: mpsc::Sender<(T, Reply<R>)>,
+    shared: Arc<Shared<T, R>>,
+}
+
+impl<T, R> Clone for GroupCommit<T, R> {
+    fn clone(&self) -> Self {
+        Self {
+            sender: self.sender.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
+    /// Starts `writers` tasks (batches in flight at once), each writing up to `max_batch`
+    /// items per call to `write`, which must answer one `R` per item, in order. Must be
+    /// called inside a tokio runtime.
+    pub fn start<W, F>(writers: usize, max_batch: usize, write: W) -> Self
+    where
+        W: Fn(Vec<T>) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<Vec<R>, StoreError>> + Send + 'static,
+    {
+        let max_batch = max_batch.max(1);
+        let writers = writers.max(1);
+        // Bounded so a stalled store pushes back on callers instead of piling up memory.
+        let (sender, receiver) = mpsc::channel((max_batch * writers).max(64) * 4);
+        let shared = Arc::new(Shared {
+            receiver: Mutex::new(receiver),
+            gate: RwLock::new(()),
+            submitted: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+        });
+        let write = Arc::new(write);
+        for _ in 0..writers {
+            tokio::spawn(write_batches(shared.clone(), max_batch, write.clone()));
+        }
+        Self { sender, shared }
+    }
+
+    /// Queues the item and waits until its batch has been written (or failed).
+    pub async fn submit(&self, item: T) -> Result<R, Arc<StoreError>> {
+        let stopped = || Arc::new(StoreError::Corrupt("group commit writers stopped".into()));
+        let (reply, answer) = oneshot::channel();
+        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        if self.sender.send((item, reply)).await.is_err() {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Items submitted so far.
+    pub fn submitted(&self) -> u64 {
+        self.shared.submitted.load(Ordering::SeqCst)
+    }
+
+    /// Batches written or failed so far.
+    pub fn batches(&self) -> u64 {
+        self.shared.batches.load(Ordering::SeqCst)
+    }
+
+    /// While the guard lives, no new batch starts: items queue up (tests use this to put
+    /// several items in one batch).
+    pub async fn hold(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.shared.gate.write().await
+    }
+}
+
+async fn write_batches<T, R, W, F>(shared: Arc<Shared<T, R>>, max_batch: usize, write: Arc<W>)
+where
+    W: Fn(Vec<T>) -> F,
+    F: Future<Output = Result<Vec<R>, StoreError>>,
+{
+    loop {
+        let mut items = Vec::with_capacity(max_batch);
+        let mut replies = Vec::with_capacity(max_batch);
+        let guard = {
+            let mut receiver = shared.receiver.lock().await;
+            let Some((item, reply)) = receiver.recv().await else {
+                return;
+            };
+            items.push(item);
+            replies.push(reply);
+            // Waiting here (not before `recv`) keeps one gatherer holding the queue, so
+            // everything sent while the gate is held lands in the same batch.
+            let guard = shared.gate.read().await;
+            while items.len() < max_batch {
+                match receiver.try_recv() {
+                    Ok((item, reply)) => {
+                        items.push(item);
+                        replies.push(reply);
+                    }
+                    Err(_) => break,
+                }
+            }
+            guard
+        };
+        let size = items.len();
+        let result = write(items).await;
+        drop(guard);
+        shared.batches.fetch_add(1, Ordering::SeqCst);
+        match result {
+            Ok(answers) if answers.len() == size => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
+                }
+            }
+            Ok(answers) => {
+                let e = Arc::new(StoreError::Corrupt(format!(
+                    "a batch of {size} got {} answers",
+                    answers.len()
+                )));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, size, "batch write failed; failing each caller in it");
+                let e = Arc::new(e);
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
