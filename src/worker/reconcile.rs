@@ -2,7 +2,7 @@
 //! but an event lacks. Safe to run in every process: every write is fenced by the claim
 //! token, and on PostgreSQL an advisory lock lets one process sweep at a time.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 
@@ -12,6 +12,11 @@ use crate::store::{AttemptOutcome, AttemptRecord, JobUpdate, Store, StoreError};
 use crate::telemetry::Metrics;
 
 const BATCH: i64 = 500;
+
+/// How long after its `received_at` an event may still commit (a request's batch waiting on a
+/// busy store). Sweeps after the first look back to the previous sweep less this, not the
+/// whole `worker.reconcile_lookback`, so a sweep reads minutes of events, not a day of them.
+const LATE_COMMIT_MARGIN: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReconcileReport {
@@ -33,6 +38,8 @@ pub struct Reconciler {
     config: Arc<GatewayConfig>,
     crash: CrashPoints,
     metrics: Arc<Metrics>,
+    /// When this reconciler last finished looking for missing jobs.
+    missing_jobs_swept_at: Arc<Mutex<Option<DateTime<Utc>>>>,
 }
 
 impl Reconciler {
@@ -42,6 +49,7 @@ impl Reconciler {
             config,
             crash: CrashPoints::default(),
             metrics: Arc::default(),
+            missing_jobs_swept_at: Arc::default(),
         }
     }
 
@@ -138,9 +146,14 @@ impl Reconciler {
             }
         }
 
-        let since = now
+        let lookback_start = now
             - chrono::Duration::from_std(self.config.worker.reconcile_lookback)
                 .unwrap_or(chrono::Duration::days(1));
+        let previous = *self.missing_jobs_swept_at.lock().expect("sweep mark");
+        let since = match previous {
+            Some(at) => lookback_start.max(at - LATE_COMMIT_MARGIN),
+            None => lookback_start,
+        };
         for source in self.config.sources.values() {
             for destination in &source.destinations {
                 loop {
@@ -161,6 +174,7 @@ impl Reconciler {
                 }
             }
         }
+        *self.missing_jobs_swept_at.lock().expect("sweep mark") = Some(now);
 
         let ttl = chrono::Duration::from_std(self.config.admin.idempotency_ttl)
             .unwrap_or(chrono::Duration::days(1));

@@ -17,7 +17,7 @@ impl SqliteStore {
     ) -> Result<u64, StoreError> {
         let sql = format!(
             "DELETE FROM events WHERE id IN (SELECT e.id FROM events e \
-             WHERE e.received_at < ? AND {SETTLED} LIMIT ?)"
+             WHERE e.received_at < ? AND {SETTLED} ORDER BY e.received_at LIMIT ?)"
         );
         let done = sqlx::query(&sql)
             .bind(millis(received_before))
@@ -36,7 +36,7 @@ impl SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let sql = format!(
             "SELECT e.id FROM events e WHERE e.received_at < ? AND e.purged_at IS NULL \
-             AND {SETTLED} LIMIT ?"
+             AND {SETTLED} ORDER BY e.received_at LIMIT ?"
         );
         let ids: Vec<String> = sqlx::query_scalar(&sql)
             .bind(millis(received_before))
