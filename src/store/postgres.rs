@@ -29,6 +29,13 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// Delivery bookkeeping (claims, outcomes, lease renewals) commits without waiting for
+    /// the WAL flush: if the database crashes and loses the last few of these commits, a
+    /// claim is simply not taken, or a job stays `in_progress` until its lease expires and it
+    /// is delivered again (same `webhook-id`). At-least-once holds either way. Ingest and
+    /// admin writes never use this pool: a 2xx needs a durable commit. A pool of its own, so
+    /// each of these is one statement and one round trip.
+    relaxed: PgPool,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -92,8 +99,12 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
-            .connect_lazy_with(options);
-        Ok(Self { pool })
+            .connect_lazy_with(options.clone());
+        let relaxed = PgPoolOptions::new()
+            .max_connections((config.max_connections / 2).max(2))
+            .acquire_timeout(config.acquire_timeout)
+            .connect_lazy_with(options.options([("synchronous_commit", "off")]));
+        Ok(Self { pool, relaxed })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -295,9 +306,7 @@ impl PgStore {
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         // SKIP LOCKED lets concurrent workers claim disjoint batches without waiting; the
-        // transaction commits before returning, so nothing stays locked during delivery.
-        let mut tx = self.pool.begin().await?;
-        relaxed_commit(&mut tx).await?;
+        // statement is its own transaction, so nothing stays locked during delivery.
         let rows = sqlx::query(
             "WITH due AS ( \
                 SELECT id FROM jobs \
@@ -318,9 +327,8 @@ impl PgStore {
         .bind(limit)
         .bind(lease_until)
         .bind(Uuid::now_v7())
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.relaxed)
         .await?;
-        tx.commit().await?;
         rows.iter()
             .map(|r| {
                 Ok(ClaimedJob {
@@ -343,8 +351,6 @@ impl PgStore {
     /// still holds the job, and every attempt is recorded (as `lease_lost` where it did not).
     pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
         let statuses: Vec<_> = outcomes.iter().map(JobOutcome::status).collect();
-        let mut tx = self.pool.begin().await?;
-        relaxed_commit(&mut tx).await?;
         let applied: Vec<Uuid> = sqlx::query_scalar(FINISH_JOBS_SQL)
             .bind(outcomes.iter().map(|o| o.job.as_uuid()).collect::<Vec<_>>())
             .bind(outcomes.iter().map(|o| o.claim_token).collect::<Vec<_>>())
@@ -395,9 +401,8 @@ impl PgStore {
                     .collect::<Vec<_>>(),
             )
             .bind(AttemptOutcome::LeaseLost.as_str())
-            .fetch_all(&mut *tx)
+            .fetch_all(&self.relaxed)
             .await?;
-        tx.commit().await?;
         let applied: HashSet<Uuid> = applied.into_iter().collect();
         Ok(outcomes
             .iter()
@@ -418,7 +423,7 @@ impl PgStore {
         .bind(until)
         .bind(job.as_uuid())
         .bind(claim_token)
-        .execute(&self.pool)
+        .execute(&self.relaxed)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -538,19 +543,8 @@ impl PgStore {
 
     pub async fn close(&self) {
         self.pool.close().await;
+        self.relaxed.close().await;
     }
-}
-
-/// Delivery bookkeeping (claims, outcomes) may commit without waiting for the WAL flush:
-/// if the database crashes and loses the last few of them, a claim is simply not taken or a
-/// job stays `in_progress` until its lease expires and it is delivered again (same
-/// `webhook-id`). At-least-once holds either way. Ingest never uses this: a 2xx needs a
-/// durable commit.
-async fn relaxed_commit(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> Result<(), StoreError> {
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
 }
 
 /// Unlocks before closing: the server notices a closed connection only later, and a sweep

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use chrono::Utc;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
@@ -21,13 +22,18 @@ pub(super) struct Context {
     pub deliverer: Deliverer,
     pub crash: CrashPoints,
     pub metrics: Arc<Metrics>,
+    /// Told when this delivery's slots are free again.
+    pub slots_freed: Arc<Notify>,
 }
 
 impl Context {
     /// Delivers and records the outcome. Returns false when the job was abandoned (a crash
     /// point, or the outcome could not be written): its lease will expire and the reconciler
     /// returns it to the queue.
-    pub async fn deliver(&self, job: ClaimedJob) -> bool {
+    /// `slots` (the process's and the destination's concurrency permits) are released as soon
+    /// as the destination has answered: they bound requests in flight, and the outcome's
+    /// commit, shared with other deliveries, need not hold them.
+    pub async fn deliver(&self, job: ClaimedJob, slots: [OwnedSemaphorePermit; 2]) -> bool {
         if self.crash.hit(CrashPoint::AfterClaim) {
             return false;
         }
@@ -55,6 +61,8 @@ impl Context {
             )
             .await;
         heartbeat.abort();
+        drop(slots);
+        self.slots_freed.notify_one();
         if self.crash.hit(CrashPoint::AfterSend) {
             return false;
         }

@@ -239,16 +239,16 @@ impl Worker {
             deliverer: self.deliverer.clone(),
             crash: self.crash.clone(),
             metrics: self.metrics.clone(),
+            slots_freed: self.finished.clone(),
         };
         let in_flight = self.in_flight.clone();
         let finished = self.finished.clone();
         async move {
             let job_id = job.job_id;
-            let completed = ctx.deliver(job).await;
+            let completed = ctx.deliver(job, permits).await;
             if completed {
                 in_flight.lock().expect("in-flight map").remove(&job_id);
             }
-            drop(permits);
             finished.notify_one();
         }
     }
