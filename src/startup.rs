@@ -139,6 +139,19 @@ impl Application {
     }
 }
 
+/// The runtime for everything but the HTTP workers (which actix runs on threads of their own,
+/// one per core): ingest writers, database connections, delivery workers. Half the cores, at
+/// least one, unless `TOKIO_WORKER_THREADS` says otherwise: on a small machine, more threads
+/// here mostly add hand-offs between threads (measured in bench/RESULTS.md).
+pub fn background_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        builder.worker_threads((cores / 2).max(1));
+    }
+    builder.enable_all().build()
+}
+
 fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Server> {
     let request_timeout = state.config.server.request_timeout;
     let state = web::Data::new(state);
