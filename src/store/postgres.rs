@@ -326,7 +326,7 @@ impl PgStore {
         .bind(now)
         .bind(limit)
         .bind(lease_until)
-        .bind(Uuid::now_v7())
+        .bind(crate::domain::time_ordered_uuid())
         .fetch_all(&self.relaxed)
         .await?;
         rows.iter()
@@ -363,7 +363,12 @@ impl PgStore {
                     .collect::<Vec<_>>(),
             )
             .bind(outcomes.iter().map(|o| o.now).collect::<Vec<_>>())
-            .bind(outcomes.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+            .bind(
+                outcomes
+                    .iter()
+                    .map(|_| crate::domain::time_ordered_uuid())
+                    .collect::<Vec<_>>(),
+            )
             .bind(
                 outcomes
                     .iter()

@@ -192,7 +192,7 @@ impl SqliteStore {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
-        let token = Uuid::now_v7();
+        let token = crate::domain::time_ordered_uuid();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         // One statement picks and claims: with the write lock held, no other claimer can
         // see these rows as pending in between.
@@ -272,7 +272,7 @@ impl SqliteStore {
                 "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
                  duration_ms, status_code, error, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
-            .bind(Uuid::now_v7().to_string())
+            .bind(crate::domain::time_ordered_uuid().to_string())
             .bind(&job)
             .bind(o.record.attempt)
             .bind(&o.record.worker_id)

@@ -61,7 +61,7 @@ impl Worker {
                 "{}-{}-{}",
                 hostname(),
                 std::process::id(),
-                &Uuid::now_v7().simple().to_string()[24..]
+                &crate::domain::time_ordered_uuid().simple().to_string()[24..]
             ),
             store,
             global: Arc::new(Semaphore::new(config.worker.concurrency)),
