@@ -64,6 +64,7 @@ impl Application {
         let config = Arc::new(GatewayConfig::from_settings(&settings)?);
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
+        store.spawn_maintenance();
         let address = config.server.listen.clone();
         let listener = TcpListener::bind(&address).map_err(|source| StartupError::Bind {
             address: address.clone(),

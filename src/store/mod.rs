@@ -99,6 +99,13 @@ impl Store {
         }
     }
 
+    /// Background upkeep a serving process runs: SQLite's WAL checkpoints.
+    pub fn spawn_maintenance(&self) {
+        if let Self::Sqlite(s) = self {
+            s.spawn_checkpoints(std::time::Duration::from_secs(1));
+        }
+    }
+
     pub fn backend_name(&self) -> &'static str {
         match self {
             Self::Postgres(_) => "postgres",

@@ -66,7 +66,11 @@ impl SqliteStore {
                 crate::config::SqliteSynchronous::Normal => SqliteSynchronous::Normal,
             })
             .busy_timeout(config.busy_timeout)
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // Checkpoints run in the background (`spawn_checkpoints`), not inside whichever
+            // commit crosses the WAL size limit: that commit would wait for the checkpoint's
+            // writes and fsync, and so would every request in its batch.
+            .pragma("wal_autocheckpoint", "0");
         let pool = SqlitePoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
@@ -80,6 +84,32 @@ impl SqliteStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+
+    /// Checkpoints the WAL every `every` while the pool is open. PASSIVE never waits for
+    /// readers or the writer, so it never delays a commit; what it cannot copy yet, the next
+    /// round does.
+    pub fn spawn_checkpoints(&self, every: std::time::Duration) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            while !store.pool.is_closed() {
+                tokio::time::sleep(every).await;
+                if let Err(e) = store.checkpoint().await {
+                    if !store.pool.is_closed() {
+                        tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+                    }
+                }
+            }
+        });
+    }
+
+    /// One PASSIVE checkpoint: (frames in the WAL, frames now copied into the database).
+    pub async fn checkpoint(&self) -> Result<(i64, i64), StoreError> {
+        let (_busy, log, copied): (i64, i64, i64) =
+            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok((log, copied))
     }
 
     /// Takes and releases the write lock: with SQLite, "can store" means "can get that lock".

@@ -107,3 +107,58 @@ async fn a_gateway_with_its_database_down_at_start_fails_to_build() {
         .await
         .is_err());
 }
+
+/// Commits never run a WAL checkpoint themselves (a commit that did would stall its whole
+/// batch); the background checkpoint (`Store::spawn_maintenance`, every second in a serving
+/// process; called by hand here) copies everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_commits_leave_checkpoints_to_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal.db");
+    let store = hookgate::store::SqliteStore::connect(&hookgate::config::DatabaseConfig {
+        url: format!("sqlite://{}", path.display()),
+        max_connections: 2,
+        acquire_timeout: std::time::Duration::from_secs(5),
+        busy_timeout: std::time::Duration::from_secs(5),
+        sqlite_synchronous: hookgate::config::SqliteSynchronous::Full,
+    })
+    .unwrap();
+    store.migrate().await.unwrap();
+    // Past SQLite's default auto-checkpoint size (1,000 pages), one commit at a time.
+    let body = vec![b'x'; 4096];
+    let (tenant, source) = (
+        hookgate::domain::Name::parse("t", "acme").unwrap(),
+        hookgate::domain::Name::parse("s", "stripe").unwrap(),
+    );
+    for i in 0..400 {
+        let id = hookgate::domain::ProviderEventId::parse(&format!("evt_wal_{i}")).unwrap();
+        let event = hookgate::store::NewEvent {
+            id: hookgate::domain::EventId::generate(),
+            tenant: &tenant,
+            source: &source,
+            provider_event_id: &id,
+            event_type: None,
+            received_at: chrono::Utc::now(),
+            content_type: None,
+            headers_json: "[]".into(),
+            body: &body,
+            verified_scheme: "stripe",
+            verified_secret_index: 0,
+            destinations: &[],
+        };
+        store.insert_events(&[event]).await.unwrap();
+    }
+    let wal = std::fs::metadata(dir.path().join("wal.db-wal"))
+        .unwrap()
+        .len();
+    assert!(
+        wal > 1000 * 4096,
+        "the WAL was checkpointed by a commit: {wal} bytes"
+    );
+    let (frames, copied) = store.checkpoint().await.unwrap();
+    assert!(frames > 1000, "{frames} frames");
+    assert_eq!(
+        copied, frames,
+        "a quiet database is checkpointed completely"
+    );
+}
