@@ -1,6 +1,8 @@
 //! The web console in a real browser: headless Chromium driven over WebDriver. It logs in,
 //! finds an event, opens it, retries a dead letter whose destination has recovered, and sees
-//! it succeed. It also saves a screenshot to docs/console.png.
+//! it succeed. It also saves a screenshot: to the test's scratch directory, or to
+//! docs/console.png (the README's picture) with `HOOKGATE_UPDATE_SCREENSHOT=1`, so that a
+//! test run leaves the checkout as it found it.
 
 #[path = "api/support/mod.rs"]
 mod support;
@@ -144,11 +146,12 @@ async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
         c.goto(&app.url("/console/dead-letters")).await?;
         assert!(text_of(&c, "#dead-letters").await.contains("evt_console"));
         let png = c.screenshot().await?;
-        std::fs::write(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png"),
-            png,
-        )
-        .unwrap();
+        let path = if std::env::var_os("HOOKGATE_UPDATE_SCREENSHOT").is_some() {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png")
+        } else {
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/console.png")
+        };
+        std::fs::write(path, png).unwrap();
         c.wait()
             .at_most(Duration::from_secs(15))
             .for_element(Locator::Css("button.retry"))
