@@ -384,3 +384,49 @@ async fn dead_letters_can_be_discarded_in_bulk() {
         3
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_can_be_discarded_alone() {
+    let sink = Sink::start().await;
+    sink.always("/billing", Answer::status(410));
+    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let kept = app.ingest_stripe("evt_discard_kept").await;
+    let gone = app.ingest_stripe("evt_discard_gone").await;
+    app.worker().run_once().await.unwrap();
+    let billing_job = |jobs: Vec<hookgate::store::StoredJob>| {
+        jobs.into_iter()
+            .find(|j| j.destination == "billing")
+            .unwrap()
+    };
+    let job = billing_job(app.store.jobs_for_event(gone).await.unwrap());
+    assert_eq!(job.status, hookgate::queue::JobStatus::Failed);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let (session, csrf) = http_login(&client, &app).await;
+    let r = client
+        .post(app.url(&format!("/console/dead-letters/{}/discard", job.id)))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(
+        r.headers()["location"],
+        "/console/dead-letters?done=discarded"
+    );
+    let listed = app.admin_json(ACME_TOKEN, "/dead-letters").await;
+    let listed = listed["data"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let kept_job = billing_job(app.store.jobs_for_event(kept).await.unwrap());
+    assert_eq!(listed[0]["id"], kept_job.id.to_string());
+    let discarded = billing_job(app.store.jobs_for_event(gone).await.unwrap());
+    assert_eq!(
+        discarded.status,
+        hookgate::queue::JobStatus::Failed,
+        "not retried"
+    );
+    assert!(discarded.discarded_at.is_some());
+}

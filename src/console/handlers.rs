@@ -346,27 +346,7 @@ pub async fn retry(
     path: web::Path<String>,
     form: Form,
 ) -> HttpResponse {
-    let s = match form_session(&state, &req, &form) {
-        Ok(s) => s,
-        Err(denied) => return denied.response(),
-    };
-    let tenant = Tenant(s.tenant.clone());
-    let result: Result<(), AdminError> = async {
-        let found = job_in_tenant(&state, &tenant, &path).await?;
-        if !state
-            .store
-            .retry_dead_letter(found.job.id, tenant.as_str(), Utc::now(), None)
-            .await?
-        {
-            return Err(not_a_dead_letter(&found));
-        }
-        Ok(())
-    }
-    .await;
-    match result {
-        Ok(()) => redirect("/console/dead-letters?done=retried"),
-        Err(e) => error_page(e),
-    }
+    dead_letter_action(&state, &req, &path, &form, DeadLetterAction::Retry).await
 }
 
 pub async fn discard(
@@ -375,26 +355,55 @@ pub async fn discard(
     path: web::Path<String>,
     form: Form,
 ) -> HttpResponse {
-    let s = match form_session(&state, &req, &form) {
+    dead_letter_action(&state, &req, &path, &form, DeadLetterAction::Discard).await
+}
+
+#[derive(Clone, Copy)]
+enum DeadLetterAction {
+    Retry,
+    Discard,
+}
+
+/// One dead letter of the session's tenant retried or discarded, then back to the list.
+async fn dead_letter_action(
+    state: &AppState,
+    req: &HttpRequest,
+    job: &str,
+    form: &Form,
+    action: DeadLetterAction,
+) -> HttpResponse {
+    let s = match form_session(state, req, form) {
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };
     let tenant = Tenant(s.tenant.clone());
     let result: Result<(), AdminError> = async {
-        let found = job_in_tenant(&state, &tenant, &path).await?;
-        if !state
-            .store
-            .discard_dead_letter(found.job.id, tenant.as_str(), Utc::now())
-            .await?
-        {
+        let found = job_in_tenant(state, &tenant, job).await?;
+        let (id, now) = (found.job.id, Utc::now());
+        let changed = match action {
+            DeadLetterAction::Retry => {
+                state
+                    .store
+                    .retry_dead_letter(id, tenant.as_str(), now, None)
+                    .await?
+            }
+            DeadLetterAction::Discard => {
+                state
+                    .store
+                    .discard_dead_letter(id, tenant.as_str(), now)
+                    .await?
+            }
+        };
+        if !changed {
             return Err(not_a_dead_letter(&found));
         }
         Ok(())
     }
     .await;
-    match result {
-        Ok(()) => redirect("/console/dead-letters?done=discarded"),
-        Err(e) => error_page(e),
+    match (result, action) {
+        (Ok(()), DeadLetterAction::Retry) => redirect("/console/dead-letters?done=retried"),
+        (Ok(()), DeadLetterAction::Discard) => redirect("/console/dead-letters?done=discarded"),
+        (Err(e), _) => error_page(e),
     }
 }
 
