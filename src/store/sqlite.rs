@@ -5,6 +5,8 @@
 mod admin;
 mod ingest;
 mod retention;
+#[cfg(test)]
+mod tests;
 
 use std::str::FromStr;
 use std::sync::Arc;
