@@ -22,8 +22,21 @@ pub(super) struct Context {
     pub deliverer: Deliverer,
     pub crash: CrashPoints,
     pub metrics: Arc<Metrics>,
-    /// Told when this delivery's slots are free again.
-    pub slots_freed: Arc<Notify>,
+}
+
+/// A delivery's concurrency permits (the process's and its destination's). Dropping them
+/// wakes the claim loop, which may have been waiting for room.
+pub(super) struct Slots {
+    pub permits: Option<[OwnedSemaphorePermit; 2]>,
+    pub freed: Arc<Notify>,
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // Released before the wake-up, so the woken loop sees the room.
+        drop(self.permits.take());
+        self.freed.notify_one();
+    }
 }
 
 impl Context {
@@ -33,7 +46,7 @@ impl Context {
     /// `slots` (the process's and the destination's concurrency permits) are released as soon
     /// as the destination has answered: they bound requests in flight, and the outcome's
     /// commit, shared with other deliveries, need not hold them.
-    pub async fn deliver(&self, job: ClaimedJob, slots: [OwnedSemaphorePermit; 2]) -> bool {
+    pub async fn deliver(&self, job: ClaimedJob, slots: Slots) -> bool {
         if self.crash.hit(CrashPoint::AfterClaim) {
             return false;
         }
@@ -62,7 +75,6 @@ impl Context {
             .await;
         heartbeat.abort();
         drop(slots);
-        self.slots_freed.notify_one();
         if self.crash.hit(CrashPoint::AfterSend) {
             return false;
         }

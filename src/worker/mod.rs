@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -39,9 +39,9 @@ pub struct Worker {
     /// Jobs claimed and not yet finished, to hand back on shutdown.
     in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
     finished: Arc<Notify>,
-    /// Outcomes of concurrent deliveries share transactions; started on first use, inside
-    /// the runtime.
-    outcomes: OnceLock<GroupCommit<JobOutcome, bool>>,
+    /// What every delivery task shares, including the writer through which outcomes of
+    /// concurrent deliveries share transactions; built on first use, inside the runtime.
+    deliveries: OnceLock<Arc<deliver::Context>>,
     crash: CrashPoints,
     metrics: Arc<Metrics>,
 }
@@ -70,7 +70,7 @@ impl Worker {
             per_destination,
             in_flight: Arc::default(),
             finished: Arc::default(),
-            outcomes: OnceLock::new(),
+            deliveries: OnceLock::new(),
             crash: CrashPoints::default(),
             metrics: Arc::default(),
         }
@@ -209,7 +209,11 @@ impl Worker {
                     .lock()
                     .expect("in-flight map")
                     .insert(job.job_id, (job.claim_token, job.attempt));
-                tasks.spawn(self.delivery_task(job, [global, local]));
+                let slots = deliver::Slots {
+                    permits: Some([global, local]),
+                    freed: self.finished.clone(),
+                };
+                tasks.spawn(self.delivery_task(job, slots));
             }
         }
         Ok(claimed)
@@ -218,38 +222,37 @@ impl Worker {
     fn delivery_task(
         &self,
         job: ClaimedJob,
-        permits: [OwnedSemaphorePermit; 2],
+        slots: deliver::Slots,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let outcomes = self.outcomes.get_or_init(|| {
-            let store = self.store.clone();
-            GroupCommit::start(
-                self.store.write_parallelism(2),
-                OUTCOME_BATCH_MAX,
-                move |batch: Vec<JobOutcome>| {
-                    let store = store.clone();
-                    async move { store.finish_jobs(&batch).await }
-                },
-            )
-        });
-        let ctx = deliver::Context {
-            worker_id: self.id.clone(),
-            store: self.store.clone(),
-            outcomes: outcomes.clone(),
-            config: self.config.clone(),
-            deliverer: self.deliverer.clone(),
-            crash: self.crash.clone(),
-            metrics: self.metrics.clone(),
-            slots_freed: self.finished.clone(),
-        };
+        let ctx = self
+            .deliveries
+            .get_or_init(|| {
+                let store = self.store.clone();
+                let outcomes = GroupCommit::start(
+                    self.store.write_parallelism(2),
+                    OUTCOME_BATCH_MAX,
+                    move |batch: Vec<JobOutcome>| {
+                        let store = store.clone();
+                        async move { store.finish_jobs(&batch).await }
+                    },
+                );
+                Arc::new(deliver::Context {
+                    worker_id: self.id.clone(),
+                    store: self.store.clone(),
+                    outcomes,
+                    config: self.config.clone(),
+                    deliverer: self.deliverer.clone(),
+                    crash: self.crash.clone(),
+                    metrics: self.metrics.clone(),
+                })
+            })
+            .clone();
         let in_flight = self.in_flight.clone();
-        let finished = self.finished.clone();
         async move {
             let job_id = job.job_id;
-            let completed = ctx.deliver(job, permits).await;
-            if completed {
+            if ctx.deliver(job, slots).await {
                 in_flight.lock().expect("in-flight map").remove(&job_id);
             }
-            finished.notify_one();
         }
     }
 }
