@@ -203,22 +203,8 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
     assert_eq!(r.status(), 303);
     // Log in (the login form is CSRF-protected too).
     let r = client.get(app.url("/console/login")).send().await.unwrap();
-    let login_cookie = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let html = r.text().await.unwrap();
-    let csrf = html
-        .split(r#"name="csrf" value=""#)
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let login_cookie = first_cookie(&r);
+    let csrf = csrf_of(&r.text().await.unwrap());
     let r = client
         .post(app.url("/console/login"))
         .header("cookie", &login_cookie)
@@ -261,17 +247,11 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
         .text()
         .await
         .unwrap();
-    let csrf = page
-        .split(r#"name="csrf" value=""#)
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap();
+    let csrf = csrf_of(&page);
     let r = client
         .post(app.url(&format!("/console/events/{event}/replay")))
         .header("cookie", &session)
-        .form(&[("csrf", csrf)])
+        .form(&[("csrf", csrf.as_str())])
         .send()
         .await
         .unwrap();
@@ -279,25 +259,33 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
     assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 4);
 }
 
-/// Logs in over plain HTTP; returns the session cookie and the page's CSRF token.
-async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String, String) {
-    let r = client.get(app.url("/console/login")).send().await.unwrap();
-    let cookie = r.headers()["set-cookie"]
+/// The first cookie a response sets, as `name=value`.
+fn first_cookie(r: &reqwest::Response) -> String {
+    r.headers()["set-cookie"]
         .to_str()
         .unwrap()
         .split(';')
         .next()
         .unwrap()
-        .to_owned();
-    let html = r.text().await.unwrap();
-    let csrf = html
-        .split(r#"name="csrf" value=""#)
+        .to_owned()
+}
+
+/// The CSRF token of the first form on a page.
+fn csrf_of(html: &str) -> String {
+    html.split(r#"name="csrf" value=""#)
         .nth(1)
         .unwrap()
         .split('"')
         .next()
         .unwrap()
-        .to_owned();
+        .to_owned()
+}
+
+/// Logs in over plain HTTP; returns the session cookie and the page's CSRF token.
+async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String, String) {
+    let r = client.get(app.url("/console/login")).send().await.unwrap();
+    let cookie = first_cookie(&r);
+    let csrf = csrf_of(&r.text().await.unwrap());
     let r = client
         .post(app.url("/console/login"))
         .header("cookie", &cookie)
@@ -305,13 +293,7 @@ async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String
         .send()
         .await
         .unwrap();
-    let session = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = first_cookie(&r);
     let page = client
         .get(app.url("/console/dead-letters"))
         .header("cookie", &session)
@@ -321,14 +303,7 @@ async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String
         .text()
         .await
         .unwrap();
-    let csrf = page
-        .split(r#"name="csrf" value=""#)
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let csrf = csrf_of(&page);
     (session, csrf)
 }
 
