@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark suite, in one command. Builds the gateway and the bench in release mode, runs
-# every scenario against PostgreSQL at 127.0.0.1:5432 (user postgres; it creates and drops
-# databases named hookgate_bench_*) and SQLite, then writes the results:
+# every scenario against a throwaway PostgreSQL cluster of its own (configured for
+# production, see bench/README.md; --pg URL for an existing server) and SQLite, then writes
+# the results:
 #
 #   bash bench/run.sh           full run: bench/results/latest.json and bench/RESULTS.md
 #   bash bench/run.sh --quick   every scenario, short and small (a smoke check, a few minutes):

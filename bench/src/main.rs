@@ -2,6 +2,9 @@
 //! writes the JSON results and the markdown table; each scenario also runs alone; `loadgen`
 //! and `sink` are the load generator and the receiving end on their own.
 
+#[path = "../../chaos/src/cluster.rs"]
+#[allow(dead_code)] // the chaos run's restarts and fault hooks are not used here
+mod cluster;
 mod gateway;
 mod http1;
 mod loadgen;
@@ -11,6 +14,7 @@ mod pg;
 mod pgbench;
 mod report;
 mod scenarios;
+mod server;
 mod sink;
 mod stats;
 mod tools;
@@ -94,9 +98,11 @@ struct Common {
     /// The gateway binary (default: `hookgate` next to this binary).
     #[arg(long)]
     hookgate: Option<PathBuf>,
-    /// PostgreSQL server, without a database name.
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
-    pg: String,
+    /// An existing PostgreSQL server to use as it is, without a database name (e.g.
+    /// postgres://postgres@127.0.0.1:5432). Default: a throwaway cluster of the suite's own,
+    /// configured for production (see bench/README.md).
+    #[arg(long)]
+    pg: Option<String>,
     /// The gateway's `database.max_connections`.
     #[arg(long, default_value_t = 16)]
     pool: u32,
@@ -161,8 +167,28 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Backlog { common, .. } => ("backlog", common),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
-    let ctx = context(common)?;
+    let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work_dir)?;
+    let server = server::Server::start(common.pg.as_deref(), &work_dir.join("pg")).await?;
+    let outcome = tokio::select! {
+        r = run(&cli, name, common, &server, work_dir.clone()) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    server.stop();
+    let _ = std::fs::remove_dir_all(&work_dir);
+    outcome
+}
+
+async fn run(
+    cli: &Cli,
+    name: &str,
+    common: &Common,
+    server: &server::Server,
+    work_dir: PathBuf,
+) -> anyhow::Result<()> {
+    let ctx = context(common, server.pg.clone(), work_dir)?;
     let mut results = start_results(&ctx).await?;
+    results.pg_server = server.setup.clone();
     let (json, md) = outputs(name, common);
     let only = &common.only;
     if !only.is_empty() {
@@ -250,34 +276,27 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;
-    let _ = std::fs::remove_dir_all(&ctx.gw.work_dir);
     println!("\n{}", markdown::render(&results));
     println!("results: {}", json.display());
     if let Some(md) = md {
         println!("table:   {}", md.display());
     }
     if !results.errors.is_empty() {
-        eprintln!(
-            "error: {} scenario(s) failed (see above)",
-            results.errors.len()
-        );
-        std::process::exit(1);
+        anyhow::bail!("{} scenario(s) failed (see above)", results.errors.len());
     }
     Ok(())
 }
 
-fn context(c: &Common) -> anyhow::Result<Ctx> {
+fn context(c: &Common, pg: pg::PgServer, work_dir: PathBuf) -> anyhow::Result<Ctx> {
     let bin = c.hookgate.clone().unwrap_or_else(gateway::default_bin);
     anyhow::ensure!(
         bin.exists(),
         "no gateway binary at {} (build it: cargo build --release)",
         bin.display()
     );
-    let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&work_dir)?;
     Ok(Ctx {
         quick: c.quick,
-        pg: pg::PgServer { base: c.pg.clone() },
+        pg,
         gw: GatewayOpts {
             bin: std::fs::canonicalize(&bin)?,
             rust_log: c.rust_log.clone(),

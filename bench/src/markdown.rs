@@ -69,6 +69,19 @@ pub fn render(r: &Results) -> String {
         "- Machine: `{}`, {} × {}, {} GiB RAM, Linux {}; PostgreSQL {}",
         m.hostname, m.cpus, m.cpu_model, m.memory_gib, m.kernel, m.postgres
     );
+    let ps = &r.pg_server;
+    if !ps.settings.is_empty() {
+        let whose = if ps.owned {
+            "the suite's own throwaway cluster, configured as docs/OPERATIONS.md recommends, WAL segments allocated before the first scenario"
+        } else {
+            "an existing server, as configured (`--pg`)"
+        };
+        let _ = writeln!(
+            s,
+            "- PostgreSQL server: {whose}: {}",
+            crate::server::describe(&ps.settings)
+        );
+    }
     let _ = writeln!(
         s,
         "- Code: HEAD {} when the run started; gateway binary built {}",

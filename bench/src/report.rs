@@ -31,6 +31,8 @@ pub struct Results {
     /// When the gateway binary under test was built (its modification time).
     pub gateway_built: String,
     pub machine: Machine,
+    /// The PostgreSQL server: the suite's own cluster or an existing one, and its settings.
+    pub pg_server: crate::server::ServerSetup,
     /// How the gateways were run (pool size, log filter, worker settings).
     pub gateway: Option<GatewayOpts>,
     pub concurrency: usize,
@@ -95,12 +97,7 @@ pub fn machine(postgres: String) -> Machine {
         .find_map(|l| l.strip_prefix("model name"))
         .map(|l| l.trim_start_matches([' ', '\t', ':']).trim().to_owned())
         .unwrap_or_default();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kb: f64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
+    let mem_kb = mem_total_kb().unwrap_or(0) as f64;
     Machine {
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model,
@@ -109,6 +106,19 @@ pub fn machine(postgres: String) -> Machine {
         postgres,
         hostname: first_line("hostname", &[]),
     }
+}
+
+/// MemTotal from /proc/meminfo.
+pub fn mem_total_kb() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 pub fn git_describe() -> String {

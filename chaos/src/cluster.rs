@@ -1,7 +1,8 @@
-//! The throwaway PostgreSQL cluster the chaos run owns: initdb into the run's temp dir (as the
-//! `postgres` OS user when we are root, since initdb and postgres refuse root), its own port,
-//! trust auth, fsync ON (durability is what the run tests). Restarting it and terminating its
-//! backends is safe because nobody else uses it. Adapted from tests/api/support/postgres.rs.
+//! A throwaway PostgreSQL cluster owned by one run (the chaos run; the benchmark suite
+//! includes this file too): initdb into the run's temp dir (as the `postgres` OS user when we
+//! are root, since initdb and postgres refuse root), its own port, trust auth, fsync ON
+//! (durability is what both measure). Restarting it and terminating its backends is safe
+//! because nobody else uses it. Adapted from tests/api/support/postgres.rs.
 
 use std::ffi::OsStr;
 use std::fmt::Debug;
@@ -31,6 +32,17 @@ impl Cluster {
     /// initdb + start + `CREATE DATABASE hookgate`. `dir` must not exist yet; its parent
     /// must be traversable by the postgres user.
     pub async fn start(bin: &Path, dir: &Path, port: u16) -> anyhow::Result<Cluster> {
+        Self::start_with(bin, dir, port, &[]).await
+    }
+
+    /// As `start`, with `settings` (name, value) appended to postgresql.conf. They cannot
+    /// weaken durability: fsync, synchronous_commit and full_page_writes are set after them.
+    pub async fn start_with(
+        bin: &Path,
+        dir: &Path,
+        port: u16,
+        settings: &[(&str, String)],
+    ) -> anyhow::Result<Cluster> {
         let as_root = is_root();
         std::fs::create_dir(dir).with_context(|| format!("create {}", dir.display()))?;
         if as_root {
@@ -67,12 +79,16 @@ impl Cluster {
         run(&cluster.pg("initdb", &initdb), dir)?;
         // fsync and synchronous_commit stay at their (durable) defaults; said explicitly so
         // a changed default or an included file cannot silently weaken the run.
-        let conf = format!(
-            "\n# hookgate-chaos\nlisten_addresses = '127.0.0.1'\nport = {port}\n\
+        let mut conf = String::from("\n# throwaway cluster\nmax_connections = 200\n");
+        for (name, value) in settings {
+            conf.push_str(&format!("{name} = {value}\n"));
+        }
+        conf.push_str(&format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\n\
              unix_socket_directories = '{}'\nfsync = on\nsynchronous_commit = on\n\
-             full_page_writes = on\nmax_connections = 200\nlog_min_messages = warning\n",
+             full_page_writes = on\nlog_min_messages = warning\n",
             dir.display()
-        );
+        ));
         std::fs::OpenOptions::new()
             .append(true)
             .open(cluster.data.join("postgresql.conf"))
@@ -190,6 +206,14 @@ impl Cluster {
     pub fn pg(&self, program: &str, args: &[&str]) -> Vec<String> {
         as_postgres(self.as_root, &self.bin.join(program), args)
     }
+}
+
+/// A port free now on 127.0.0.1 (another process could take it before we bind it; the
+/// cluster's start would then fail loudly).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// argv that stops a cluster in `dir` (for the watchdog, armed before the cluster exists).

@@ -12,7 +12,6 @@ mod report;
 mod sink;
 mod workdir;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,10 +123,6 @@ impl Drop for Teardown {
             c.stop();
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// The hookgate binary: given, or built by cargo next to this binary (same profile).
@@ -318,7 +313,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     };
 
     // PostgreSQL.
-    let cluster = Arc::new(Cluster::start(&pg_bin, &pg_dir, free_port()?).await?);
+    let cluster = Arc::new(Cluster::start(&pg_bin, &pg_dir, cluster::free_port()?).await?);
     teardown.cluster = Some(cluster.clone());
     let pg_url = cluster.url(DB_NAME);
     eprintln!(
@@ -343,7 +338,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     ] {
         let port = match kind {
             Kind::Worker => None,
-            _ => Some(free_port()?),
+            _ => Some(cluster::free_port()?),
         };
         let (db_url, source, sink_path) = match kind {
             Kind::AllInOne => (lite_url.as_str(), LITE_SOURCE, "/sqlite"),
