@@ -48,6 +48,8 @@ pub struct GwConfig {
     /// Where the `sink` destination points.
     pub sink_url: String,
     pub retry_schedule: Vec<String>,
+    /// `database.sqlite_synchronous` ("full", "normal"); the gateway's default when None.
+    pub sqlite_synchronous: Option<&'static str>,
 }
 
 impl GwConfig {
@@ -56,6 +58,7 @@ impl GwConfig {
             db_url: db_url.into(),
             sink_url: sink_url.into(),
             retry_schedule: vec!["1s".into(), "5s".into(), "30s".into()],
+            sqlite_synchronous: None,
         }
     }
 }
@@ -87,6 +90,12 @@ reconcile_lookback = "24h"
         pool = opts.pool,
         wc = opts.worker_concurrency,
     );
+    if let Some(level) = cfg.sqlite_synchronous {
+        t = t.replace(
+            "[worker]\n",
+            &format!("sqlite_synchronous = \"{level}\"\n\n[worker]\n"),
+        );
+    }
     for s in bench_sources() {
         let provider = match s.scheme {
             crate::payload::Scheme::Stripe => "stripe",

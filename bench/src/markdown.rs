@@ -137,10 +137,36 @@ pub fn render(r: &Results) -> String {
             q.ratio,
             met(q.gateway.max.throughput >= 10_000.0)
         );
+        if let Some(n) = &q.normal {
+            let _ = writeln!(
+                s,
+                "| SQLite ingest durable against a process crash (journal_mode={}, synchronous={}) | ≥ 10,000 events/s | {} events/s; plain insert loop {} events/s | {:.2}× loop | {} |",
+                q.journal_mode,
+                n.synchronous,
+                rate(n.gateway.max.throughput),
+                rate(n.plain_loop.events_per_s),
+                n.ratio,
+                met(n.gateway.max.throughput >= 10_000.0)
+            );
+        }
     }
+    let sqlite = r.ingest_sqlite.as_ref();
     for (name, run) in [
-        ("PostgreSQL", r.ingest_pg.as_ref().map(|p| &p.gateway)),
-        ("SQLite", r.ingest_sqlite.as_ref().map(|q| &q.gateway)),
+        (
+            "PostgreSQL".to_owned(),
+            r.ingest_pg.as_ref().map(|p| &p.gateway),
+        ),
+        (
+            format!(
+                "SQLite (synchronous={})",
+                sqlite.map_or("", |q| q.synchronous.as_str())
+            ),
+            sqlite.map(|q| &q.gateway),
+        ),
+        (
+            "SQLite (synchronous=NORMAL)".to_owned(),
+            sqlite.and_then(|q| q.normal.as_ref()).map(|n| &n.gateway),
+        ),
     ] {
         if let Some(run) = run {
             let h = &run.half_rate;
@@ -200,7 +226,10 @@ pub fn render(r: &Results) -> String {
         ),
         (
             "SQLite",
-            r.ingest_sqlite.as_ref().map(|q| q.gateway.peak_rss_mb),
+            r.ingest_sqlite.as_ref().map(|q| {
+                let normal = q.normal.as_ref().map_or(0.0, |n| n.gateway.peak_rss_mb);
+                q.gateway.peak_rss_mb.max(normal)
+            }),
         ),
     ]
     .into_iter()

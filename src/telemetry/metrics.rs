@@ -15,6 +15,10 @@ pub struct Metrics {
     pub delivery_attempts: IntCounterVec,
     pub delivery_duration: HistogramVec,
     pub reconciler_repairs: IntCounterVec,
+    /// Group commit: events written and transactions (batches) that wrote them, so
+    /// rate(events) / rate(batches) is the mean batch size.
+    ingest_batched_events: prometheus::IntCounter,
+    ingest_batches: prometheus::IntCounter,
     jobs: IntGaugeVec,
     delivery_lag: prometheus::Gauge,
     pool: IntGaugeVec,
@@ -70,6 +74,13 @@ impl Metrics {
         registry
             .register(Box::new(delivery_lag.clone()))
             .expect("unique metric");
+        let plain_counter = |name: &str, help: &str| {
+            let c = prometheus::IntCounter::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
         Self {
             ingest_requests: counter(
                 "ingest_requests_total",
@@ -90,6 +101,14 @@ impl Metrics {
                 "delivery_duration_seconds",
                 "Duration of delivery attempts",
                 &["destination"],
+            ),
+            ingest_batched_events: plain_counter(
+                "ingest_batched_events_total",
+                "Events submitted to ingest's group commit",
+            ),
+            ingest_batches: plain_counter(
+                "ingest_batches_total",
+                "Ingest transactions (group-commit batches) written or failed",
             ),
             reconciler_repairs: counter(
                 "reconciler_repairs_total",
@@ -121,8 +140,18 @@ impl Metrics {
         self
     }
 
-    /// The text exposition, with the database gauges read now.
-    pub async fn render(&self, store: &Store) -> Result<String, StoreError> {
+    /// The text exposition, with the database gauges and the batcher's counts read now.
+    pub async fn render(
+        &self,
+        store: &Store,
+        batcher: &crate::ingest::IngestBatcher,
+    ) -> Result<String, StoreError> {
+        for (counter, now) in [
+            (&self.ingest_batched_events, batcher.submitted()),
+            (&self.ingest_batches, batcher.batches()),
+        ] {
+            counter.inc_by(now.saturating_sub(counter.get()));
+        }
         self.jobs.reset();
         for (status, destination, n) in store.count_jobs_by_status().await? {
             self.jobs.with_label_values(&[&status, &destination]).set(n);

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::sqlite_loop::{self, PlainLoop};
+use super::sqlite_loop::{self, Level, PlainLoop};
 use super::{measure_ingest, Ctx, IngestRun};
 use crate::gateway::{self, GwConfig};
 use crate::pgbench::{self, PgbenchResult};
@@ -82,29 +82,61 @@ pub async fn pg(ctx: &Ctx) -> anyhow::Result<IngestPg> {
 #[serde(default)]
 pub struct IngestSqlite {
     pub journal_mode: String,
+    /// The gateway's default level (FULL): the fields below.
     pub synchronous: String,
     pub gateway: IngestRun,
     pub plain_loop: PlainLoop,
     /// gateway events/s at the fixed concurrency / plain loop events/s.
     pub ratio: f64,
+    /// The same at synchronous = NORMAL, durable against a process crash only.
+    pub normal: Option<SqliteLevel>,
 }
 
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SqliteLevel {
+    pub synchronous: String,
+    pub gateway: IngestRun,
+    pub plain_loop: PlainLoop,
+    pub ratio: f64,
+}
+
+/// Both levels, each against a plain loop at the same level, on fresh files.
 pub async fn sqlite(ctx: &Ctx) -> anyhow::Result<IngestSqlite> {
     let dir = &ctx.gw.work_dir;
     std::fs::create_dir_all(dir)?;
-    let gw_db = dir.join("ingest-gateway.db");
-    let loop_db = dir.join("ingest-loop.db");
-    let cfg = GwConfig::new(ctx.sqlite_url("ingest-gateway.db"), NO_SINK);
+    let full = sqlite_level(ctx, Level::Full).await?;
+    let journal_mode = full.1;
+    let full = full.0;
+    let normal = sqlite_level(ctx, Level::Normal).await?.0;
+    Ok(IngestSqlite {
+        journal_mode,
+        synchronous: full.synchronous,
+        gateway: full.gateway,
+        plain_loop: full.plain_loop,
+        ratio: full.ratio,
+        normal: Some(normal),
+    })
+}
+
+/// One level: the gateway's ingest, then the plain loop; returns the journal mode too.
+async fn sqlite_level(ctx: &Ctx, level: Level) -> anyhow::Result<(SqliteLevel, String)> {
+    let dir = &ctx.gw.work_dir;
+    let tag = level.config();
+    let gw_name = format!("ingest-gateway-{tag}.db");
+    let loop_name = format!("ingest-loop-{tag}.db");
+    let (gw_db, loop_db) = (dir.join(&gw_name), dir.join(&loop_name));
+    println!("  synchronous = {}", level.pragma());
+    let mut cfg = GwConfig::new(ctx.sqlite_url(&gw_name), NO_SINK);
+    cfg.sqlite_synchronous = Some(level.config());
     let result = async {
-        let gw = measure_ingest(ctx, &cfg, "ingest-sqlite").await?;
+        let gw = measure_ingest(ctx, &cfg, &format!("ingest-sqlite-{tag}")).await?;
         let journal_mode = sqlite_loop::journal_mode(&gw_db).await?;
-        gateway::migrate(
-            &ctx.gw,
-            &GwConfig::new(ctx.sqlite_url("ingest-loop.db"), NO_SINK),
-        )?;
-        let plain = sqlite_loop::run(&loop_db, ctx.secs(20, 3), ctx.body_size).await?;
+        gateway::migrate(&ctx.gw, &GwConfig::new(ctx.sqlite_url(&loop_name), NO_SINK))?;
+        let plain = sqlite_loop::run(&loop_db, level, ctx.secs(20, 3), ctx.body_size).await?;
         println!(
-            "    plain insert loop (1 event + 1 job per transaction, WAL, synchronous=FULL): {:.0} events/s",
+            "    plain insert loop (1 event + 1 job per transaction, WAL, synchronous={}): {:.0} events/s",
+            level.pragma(),
             plain.events_per_s
         );
         let ratio = gw.max.throughput / plain.events_per_s.max(1e-9);
@@ -112,13 +144,13 @@ pub async fn sqlite(ctx: &Ctx) -> anyhow::Result<IngestSqlite> {
             "  => hookgate {:.0} events/s / plain loop {:.0} events/s = {ratio:.2}x",
             gw.max.throughput, plain.events_per_s
         );
-        anyhow::Ok(IngestSqlite {
-            journal_mode,
-            synchronous: sqlite_loop::SYNCHRONOUS.into(),
+        let run = SqliteLevel {
+            synchronous: level.pragma().into(),
             gateway: gw,
             plain_loop: plain,
             ratio,
-        })
+        };
+        anyhow::Ok((run, journal_mode))
     }
     .await;
     for db in [&gw_db, &loop_db] {

@@ -10,26 +10,55 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use crate::payload::{body, stored_headers_json, Scheme};
 
-/// The level the gateway uses (`src/store/sqlite.rs`), and so this loop: a committed event
-/// survives a process crash and a power loss.
-pub const SYNCHRONOUS: &str = "FULL";
+/// `PRAGMA synchronous` levels measured, each in WAL mode: FULL, the gateway's default (a
+/// committed event survives a process crash and a power loss), and NORMAL (it survives a
+/// process crash; the last commits before a power loss or OS crash may roll back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Full,
+    Normal,
+}
+
+impl Level {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Level::Full => "FULL",
+            Level::Normal => "NORMAL",
+        }
+    }
+
+    /// The gateway's `database.sqlite_synchronous` value.
+    pub fn config(self) -> &'static str {
+        match self {
+            Level::Full => "full",
+            Level::Normal => "normal",
+        }
+    }
+
+    fn sqlx(self) -> SqliteSynchronous {
+        match self {
+            Level::Full => SqliteSynchronous::Full,
+            Level::Normal => SqliteSynchronous::Normal,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PlainLoop {
-    /// `PRAGMA synchronous` read back on the loop's connection (2 = FULL).
+    /// `PRAGMA synchronous` read back on the loop's connection (2 = FULL, 1 = NORMAL).
     pub synchronous_read_back: i64,
     pub events: u64,
     pub seconds: f64,
     pub events_per_s: f64,
 }
 
-fn options(path: &Path) -> anyhow::Result<SqliteConnectOptions> {
+fn options(path: &Path, level: Level) -> anyhow::Result<SqliteConnectOptions> {
     Ok(
         SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(level.sqlx())
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true),
     )
@@ -50,10 +79,15 @@ pub async fn journal_mode(path: &Path) -> anyhow::Result<String> {
 }
 
 /// Runs the loop on a migrated database file for `duration`.
-pub async fn run(path: &Path, duration: Duration, body_size: usize) -> anyhow::Result<PlainLoop> {
+pub async fn run(
+    path: &Path,
+    level: Level,
+    duration: Duration,
+    body_size: usize,
+) -> anyhow::Result<PlainLoop> {
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
-        .connect_with(options(path)?)
+        .connect_with(options(path, level)?)
         .await?;
     let synchronous_read_back: i64 = sqlx::query_scalar("PRAGMA synchronous")
         .fetch_one(&pool)
