@@ -60,6 +60,9 @@ async fn metrics_count_exactly_what_happened(backend: Backend) {
             r#"hookgate_ingest_duration_seconds_count{source="stripe"}"#,
             4.0,
         ),
+        // Three verified events reached group commit, one after another: three batches.
+        (r#"hookgate_ingest_batched_events_total"#, 3.0),
+        (r#"hookgate_ingest_batches_total"#, 3.0),
         (
             r#"hookgate_delivery_attempts_total{destination="audit",outcome="succeeded"}"#,
             2.0,
