@@ -2,7 +2,8 @@
 //! includes this file too): initdb into the run's temp dir (as the `postgres` OS user when we
 //! are root, since initdb and postgres refuse root), its own port, trust auth, fsync ON
 //! (durability is what both measure). Restarting it and terminating its backends is safe
-//! because nobody else uses it. Adapted from tests/api/support/postgres.rs.
+//! because nobody else uses it. The integration tests' harness (tests/api/support/postgres.rs)
+//! includes this file for its helpers (finding the binaries, running them as `postgres`).
 
 use std::ffi::OsStr;
 use std::fmt::Debug;
@@ -267,7 +268,7 @@ pub fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-fn as_postgres(as_root: bool, program: &Path, args: &[&str]) -> Vec<String> {
+pub fn as_postgres(as_root: bool, program: &Path, args: &[&str]) -> Vec<String> {
     let mut argv = vec![program.display().to_string()];
     argv.extend(args.iter().map(|a| a.to_string()));
     if !as_root {

@@ -13,12 +13,17 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
+
+// The chaos run's cluster code: the same initdb / pg_ctl / run-as-postgres helpers.
+#[path = "../../../chaos/src/cluster.rs"]
+mod cluster;
+use cluster::{as_postgres, find_pg_bin, is_root, sh_join};
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -155,35 +160,6 @@ async fn try_connect(url: &str) -> Result<(), String> {
     }
 }
 
-/// Directory holding `initdb` and `pg_ctl` of the newest installed PostgreSQL.
-fn find_pg_bin() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
-        dirs.extend(entries.flatten().map(|e| e.path().join("bin")));
-    }
-    dirs.into_iter()
-        // PATH entries are often symlinks into a versioned directory, and pg_ctl must come
-        // from the same installation as the real initdb.
-        .filter_map(|d| std::fs::canonicalize(d.join("initdb")).ok())
-        .filter_map(|initdb| Some(initdb.parent()?.to_path_buf()))
-        .filter(|dir| dir.join("pg_ctl").is_file())
-        .filter_map(|dir| Some((pg_version(&dir)?, dir)))
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, dir)| dir)
-}
-
-/// Version as numbers, from e.g. "initdb (PostgreSQL) 16.2 (Debian 16.2-1)".
-fn pg_version(dir: &Path) -> Option<Vec<u32>> {
-    let out = Command::new(dir.join("initdb")).arg("--version").output();
-    let out = out.ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().nth(2)?;
-    let parts: Vec<u32> = version.split('.').map_while(|p| p.parse().ok()).collect();
-    (!parts.is_empty()).then_some(parts)
-}
-
 /// Starts a cluster in a fresh temp dir and returns its admin URL. The watchdog removes it
 /// when this process exits, because statics (and so any guard we could keep) never drop.
 fn start_cluster(bin: &Path) -> Result<String, String> {
@@ -256,59 +232,7 @@ fn spawn_watchdog(bin: &Path, root: &Path, data: &Path, as_root: bool) -> Result
     Ok(())
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// argv running `program args` as the `postgres` OS user when we are root.
-fn as_postgres(as_root: bool, program: &Path, args: &[&str]) -> Vec<String> {
-    let mut argv = vec![program.display().to_string()];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    if !as_root {
-        return argv;
-    }
-    let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
-        .into_iter()
-        .find(|p| Path::new(p).is_file());
-    match runuser {
-        Some(runuser) => [runuser, "-u", "postgres", "--"]
-            .into_iter()
-            .map(String::from)
-            .chain(argv)
-            .collect(),
-        None => ["su", "postgres", "-s", "/bin/sh", "-c", &sh_join(&argv)]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-    }
-}
-
 /// Runs to completion from `dir` (the postgres user may not be able to read our cwd).
 fn run<S: AsRef<OsStr> + Debug>(argv: &[S], dir: &Path) -> Result<(), String> {
-    let out = Command::new(&argv[0])
-        .args(&argv[1..])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("run {argv:?}: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{argv:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
-}
-
-fn sh_join(argv: &[String]) -> String {
-    let quoted: Vec<String> = argv
-        .iter()
-        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
-        .collect();
-    quoted.join(" ")
+    cluster::run(argv, dir).map_err(|e| format!("{e:#}"))
 }
