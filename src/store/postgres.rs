@@ -37,6 +37,9 @@ pub struct PgStore {
     /// admin writes never use this pool: a 2xx needs a durable commit. A pool of its own, so
     /// each of these is one statement and one round trip.
     relaxed: PgPool,
+    /// Set when an ingest batch met a stored copy: the next batches skip the fast path
+    /// until one goes through with no copy (see `insert_events`).
+    ingest_saw_copies: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -80,7 +83,11 @@ impl PgStore {
             .max_connections((config.max_connections / 2).max(2))
             .acquire_timeout(config.acquire_timeout)
             .connect_lazy_with(options.options([("synchronous_commit", "off")]));
-        Ok(Self { pool, relaxed })
+        Ok(Self {
+            pool,
+            relaxed,
+            ingest_saw_copies: Default::default(),
+        })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
