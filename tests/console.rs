@@ -91,11 +91,18 @@ async fn text_of(c: &Client, css: &str) -> String {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
+/// A gateway on SQLite whose `billing` destination answers 410 to everything, so its jobs
+/// become dead letters on their first attempt. The sink lives as long as the returned value.
+async fn app_where_billing_is_gone() -> (Sink, support::TestApp) {
     let sink = Sink::start().await;
     sink.always("/billing", Answer::status(410));
     let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    (sink, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
+    let (sink, app) = app_where_billing_is_gone().await;
     let event = app.ingest_stripe("evt_console").await;
     app.worker().run_once().await.unwrap();
     let job = app.job(event, "billing").await;
@@ -309,9 +316,7 @@ async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_can_be_discarded_in_bulk() {
-    let sink = Sink::start().await;
-    sink.always("/billing", Answer::status(410));
-    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let (_sink, app) = app_where_billing_is_gone().await;
     for i in 0..3 {
         app.ingest_stripe(&format!("evt_bulk_discard_{i}")).await;
     }
@@ -362,9 +367,7 @@ async fn dead_letters_can_be_discarded_in_bulk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_can_be_discarded_alone() {
-    let sink = Sink::start().await;
-    sink.always("/billing", Answer::status(410));
-    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let (_sink, app) = app_where_billing_is_gone().await;
     let kept = app.ingest_stripe("evt_discard_kept").await;
     let gone = app.ingest_stripe("evt_discard_gone").await;
     app.worker().run_once().await.unwrap();
