@@ -19,6 +19,9 @@ pub struct Metrics {
     /// rate(events) / rate(batches) is the mean batch size.
     ingest_batched_events: prometheus::IntCounter,
     ingest_batches: prometheus::IntCounter,
+    /// Held while the two counters above catch up with the batcher, so that two scrapes at
+    /// once cannot both add the same difference.
+    batch_counts_sync: std::sync::Mutex<()>,
     jobs: IntGaugeVec,
     delivery_lag: prometheus::Gauge,
     pool: IntGaugeVec,
@@ -110,6 +113,7 @@ impl Metrics {
                 "ingest_batches_total",
                 "Ingest transactions (group-commit batches) written or failed",
             ),
+            batch_counts_sync: std::sync::Mutex::new(()),
             reconciler_repairs: counter(
                 "reconciler_repairs_total",
                 "Jobs repaired by the reconciler, by kind",
@@ -146,11 +150,17 @@ impl Metrics {
         store: &Store,
         batcher: &crate::ingest::IngestBatcher,
     ) -> Result<String, StoreError> {
-        for (counter, now) in [
-            (&self.ingest_batched_events, batcher.submitted()),
-            (&self.ingest_batches, batcher.batches()),
-        ] {
-            counter.inc_by(now.saturating_sub(counter.get()));
+        {
+            let _sync = self
+                .batch_counts_sync
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            for (counter, now) in [
+                (&self.ingest_batched_events, batcher.submitted()),
+                (&self.ingest_batches, batcher.batches()),
+            ] {
+                counter.inc_by(now.saturating_sub(counter.get()));
+            }
         }
         self.jobs.reset();
         for (status, destination, n) in store.count_jobs_by_status().await? {
