@@ -103,12 +103,9 @@ pub struct SqliteLevel {
 
 /// Both levels, each against a plain loop at the same level, on fresh files.
 pub async fn sqlite(ctx: &Ctx) -> anyhow::Result<IngestSqlite> {
-    let dir = &ctx.gw.work_dir;
-    std::fs::create_dir_all(dir)?;
-    let full = sqlite_level(ctx, Level::Full).await?;
-    let journal_mode = full.1;
-    let full = full.0;
-    let normal = sqlite_level(ctx, Level::Normal).await?.0;
+    std::fs::create_dir_all(&ctx.gw.work_dir)?;
+    let (full, journal_mode) = sqlite_level(ctx, Level::Full).await?;
+    let (normal, _) = sqlite_level(ctx, Level::Normal).await?;
     Ok(IngestSqlite {
         journal_mode,
         synchronous: full.synchronous,
