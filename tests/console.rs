@@ -194,10 +194,7 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
     let sink = Sink::start().await;
     let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
     let event = app.ingest_stripe("evt_csrf").await;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = no_redirects();
     // No session: every page and form sends the visitor to log in.
     let r = client.get(app.url("/console/events")).send().await.unwrap();
     assert_eq!(r.status(), 303);
@@ -289,7 +286,10 @@ fn csrf_of(html: &str) -> String {
 }
 
 /// Logs in over plain HTTP; returns the session cookie and the page's CSRF token.
-async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String, String) {
+/// Logs in over plain HTTP (redirects not followed); returns the client, the session
+/// cookie and the CSRF token of the dead-letters page.
+async fn http_login(app: &support::TestApp) -> (reqwest::Client, String, String) {
+    let client = no_redirects();
     let r = client.get(app.url("/console/login")).send().await.unwrap();
     let cookie = first_cookie(&r);
     let csrf = csrf_of(&r.text().await.unwrap());
@@ -311,7 +311,14 @@ async fn http_login(client: &reqwest::Client, app: &support::TestApp) -> (String
         .await
         .unwrap();
     let csrf = csrf_of(&page);
-    (session, csrf)
+    (client, session, csrf)
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,11 +335,7 @@ async fn dead_letters_can_be_discarded_in_bulk() {
             .unwrap(),
         3
     );
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let (session, csrf) = http_login(&client, &app).await;
+    let (client, session, csrf) = http_login(&app).await;
     let r = client
         .post(app.url("/console/dead-letters/discard"))
         .header("cookie", &session)
@@ -378,11 +381,7 @@ async fn a_dead_letter_can_be_discarded_alone() {
     };
     let job = billing_job(app.store.jobs_for_event(gone).await.unwrap());
     assert_eq!(job.status, hookgate::queue::JobStatus::Failed);
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let (session, csrf) = http_login(&client, &app).await;
+    let (client, session, csrf) = http_login(&app).await;
     let r = client
         .post(app.url(&format!("/console/dead-letters/{}/discard", job.id)))
         .header("cookie", &session)
