@@ -72,6 +72,24 @@ pub struct LoadReport {
     /// Every answered request, 2xx or not.
     pub latency: LatencySummary,
     pub statuses: BTreeMap<String, u64>,
+    /// The 100 ms windows (by when their requests were due) holding requests slower than
+    /// `SLOW`, worst first, at most `MAX_STALLS`: where a run's tail comes from.
+    pub stalls: Vec<Stall>,
+}
+
+/// Requests slower than this are counted into `LoadReport::stalls`.
+const SLOW: Duration = Duration::from_millis(20);
+const MAX_STALLS: usize = 10;
+
+/// One 100 ms window of the run with slow requests in it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Stall {
+    /// Seconds from the run's start to the window's start.
+    pub at_s: f64,
+    /// Requests due in the window that took longer than `SLOW`.
+    pub slow: u64,
+    pub max_ms: f64,
 }
 
 impl LoadReport {
@@ -89,6 +107,36 @@ impl LoadReport {
             self.latency.max_ms
         )
     }
+
+    /// The worst slow windows, one line (empty when none).
+    pub fn stalls_line(&self) -> String {
+        self.stalls
+            .iter()
+            .map(|s| format!("{:.1}s: {} slow, max {:.0} ms", s.at_s, s.slow, s.max_ms))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Slow requests grouped into 100 ms windows by due time, worst (longest max) first.
+fn stalls(slow: &[(Duration, Duration)]) -> Vec<Stall> {
+    let mut windows: BTreeMap<u128, (u64, Duration)> = BTreeMap::new();
+    for &(due, took) in slow {
+        let w = windows.entry(due.as_millis() / 100).or_default();
+        w.0 += 1;
+        w.1 = w.1.max(took);
+    }
+    let mut out: Vec<Stall> = windows
+        .into_iter()
+        .map(|(w, (n, max))| Stall {
+            at_s: w as f64 / 10.0,
+            slow: n,
+            max_ms: max.as_secs_f64() * 1000.0,
+        })
+        .collect();
+    out.sort_by(|a, b| b.max_ms.total_cmp(&a.max_ms));
+    out.truncate(MAX_STALLS);
+    out
 }
 
 pub struct LoadOutcome {
@@ -110,6 +158,8 @@ struct WorkerResult {
     samples: Samples,
     statuses: BTreeMap<u16, u64>,
     conn_errors: u64,
+    /// (due time from the start, latency) of each request slower than `SLOW`.
+    slow: Vec<(Duration, Duration)>,
     accepted: Vec<(String, Instant)>,
     finished: Option<Instant>,
 }
@@ -140,7 +190,7 @@ pub async fn run(spec: LoadSpec) -> LoadOutcome {
         .collect();
     let mut samples = Samples::with_capacity(1 << 16);
     let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
-    let (mut conn_errors, mut accepted, mut last) = (0, Vec::new(), start);
+    let (mut conn_errors, mut accepted, mut slow, mut last) = (0, Vec::new(), Vec::new(), start);
     for h in handles {
         let r = h.await.expect("load worker panicked");
         samples.merge(r.samples);
@@ -149,6 +199,7 @@ pub async fn run(spec: LoadSpec) -> LoadOutcome {
         }
         conn_errors += r.conn_errors;
         accepted.extend(r.accepted);
+        slow.extend(r.slow);
         last = last.max(r.finished.unwrap_or(start));
     }
     let elapsed = last
@@ -177,6 +228,7 @@ pub async fn run(spec: LoadSpec) -> LoadOutcome {
                 .into_iter()
                 .map(|(s, n)| (s.to_string(), n))
                 .collect(),
+            stalls: stalls(&slow),
         },
         accepted,
     }
@@ -233,6 +285,10 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
             Ok(resp) => {
                 let done = Instant::now();
                 r.samples.record(done - began);
+                if done - began > SLOW {
+                    r.slow
+                        .push((began.saturating_duration_since(shared.start), done - began));
+                }
                 *r.statuses.entry(resp.status).or_default() += 1;
                 if spec.keep_ids && (200..300).contains(&resp.status) {
                     if let Some(id) = answer_id(&resp.body) {
@@ -251,4 +307,25 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
     }
     r.finished = Some(Instant::now());
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_requests_group_by_the_window_they_were_due_in() {
+        let ms = Duration::from_millis;
+        let slow = [
+            (ms(1_050), ms(30)),
+            (ms(1_099), ms(250)),
+            (ms(1_100), ms(40)),
+            (ms(5_000), ms(21)),
+        ];
+        let s = stalls(&slow);
+        assert_eq!(s.len(), 3);
+        assert_eq!((s[0].at_s, s[0].slow, s[0].max_ms), (1.0, 2, 250.0));
+        assert_eq!((s[1].at_s, s[1].slow, s[1].max_ms), (1.1, 1, 40.0));
+        assert_eq!((s[2].at_s, s[2].slow), (5.0, 1));
+    }
 }

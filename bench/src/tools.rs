@@ -88,6 +88,9 @@ pub async fn loadgen(a: LoadgenArgs) -> anyhow::Result<()> {
     } else {
         println!("{}", out.report.line());
         println!("statuses: {:?}", out.report.statuses);
+        if !out.report.stalls.is_empty() {
+            println!("slowest windows: {}", out.report.stalls_line());
+        }
     }
     Ok(())
 }

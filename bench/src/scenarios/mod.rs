@@ -88,6 +88,9 @@ pub async fn measure_ingest(ctx: &Ctx, cfg: &GwConfig, tag: &str) -> anyhow::Res
         .await
         .report;
     println!("    {}", half_rate.line());
+    if !half_rate.stalls.is_empty() {
+        println!("    slowest windows: {}", half_rate.stalls_line());
+    }
     let peak_rss_mb = gw.peak_rss_mb().unwrap_or(0.0);
     println!("    gateway peak RSS {peak_rss_mb:.1} MB");
     gw.stop().await?;
