@@ -18,6 +18,7 @@ mod server;
 mod sink;
 mod stats;
 mod tools;
+mod writeback;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -103,6 +104,11 @@ struct Common {
     /// configured for production (see bench/README.md).
     #[arg(long)]
     pg: Option<String>,
+    /// Leave the host's dirty-page writeback as it is. By default, with its own cluster, the
+    /// suite sets `vm.dirty_background_bytes` as docs/OPERATIONS.md recommends for a
+    /// database host, and restores it at the end.
+    #[arg(long)]
+    keep_host_writeback: bool,
     /// The gateway's `database.max_connections`.
     #[arg(long, default_value_t = 16)]
     pool: u32,
@@ -169,7 +175,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work_dir)?;
-    let server = server::Server::start(common.pg.as_deref(), &work_dir.join("pg")).await?;
+    let server = server::Server::start(
+        common.pg.as_deref(),
+        &work_dir.join("pg"),
+        common.keep_host_writeback,
+    )
+    .await?;
     let outcome = tokio::select! {
         r = run(&cli, name, common, &server, work_dir.clone()) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),

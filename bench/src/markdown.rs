@@ -82,6 +82,9 @@ pub fn render(r: &Results) -> String {
             crate::server::describe(&ps.settings)
         );
     }
+    if !ps.writeback.during_run.is_empty() {
+        let _ = writeln!(s, "- Host writeback: {}", ps.writeback.during_run);
+    }
     let _ = writeln!(
         s,
         "- Code: HEAD {} when the run started; gateway binary built {}",

@@ -14,6 +14,7 @@ use sqlx::{Connection as _, PgConnection};
 
 use crate::cluster::{self, Cluster};
 use crate::pg::PgServer;
+use crate::writeback::{HostWriteback, WritebackSetup};
 
 /// Settings reported with the results, whoever chose them.
 const REPORTED: &[&str] = &[
@@ -36,6 +37,8 @@ pub struct ServerSetup {
     pub settings: Vec<(String, String)>,
     /// Seconds spent allocating WAL segments before the first scenario.
     pub wal_prealloc_s: f64,
+    /// The host's dirty-page writeback during the run.
+    pub writeback: WritebackSetup,
 }
 
 /// The server for this run; an owned cluster stops when this is dropped.
@@ -43,14 +46,22 @@ pub struct Server {
     pub pg: PgServer,
     pub setup: ServerSetup,
     cluster: Option<Cluster>,
+    writeback: std::sync::Mutex<HostWriteback>,
 }
 
 impl Server {
-    /// `--pg URL`: that server, untouched. Otherwise a cluster in `dir` (which must not exist).
-    pub async fn start(existing: Option<&str>, dir: &Path) -> anyhow::Result<Server> {
+    /// `--pg URL`: that server, untouched. Otherwise a cluster in `dir` (which must not
+    /// exist), with the host's writeback set as docs/OPERATIONS.md recommends unless
+    /// `keep_writeback`.
+    pub async fn start(
+        existing: Option<&str>,
+        dir: &Path,
+        keep_writeback: bool,
+    ) -> anyhow::Result<Server> {
         let Some(base) = existing else {
-            return Self::own(dir).await;
+            return Self::own(dir, HostWriteback::setup(!keep_writeback)).await;
         };
+        let writeback = HostWriteback::setup(false);
         let pg = PgServer {
             base: base.to_owned(),
         };
@@ -58,15 +69,17 @@ impl Server {
             owned: false,
             settings: report_settings(&pg).await?,
             wal_prealloc_s: 0.0,
+            writeback: writeback.setup.clone(),
         };
         Ok(Server {
             pg,
             setup,
             cluster: None,
+            writeback: writeback.into(),
         })
     }
 
-    async fn own(dir: &Path) -> anyhow::Result<Server> {
+    async fn own(dir: &Path, writeback: HostWriteback) -> anyhow::Result<Server> {
         let bin = cluster::find_pg_bin()
             .context("no PostgreSQL binaries (initdb, pg_ctl): install them, or pass --pg URL")?;
         println!(
@@ -85,6 +98,7 @@ impl Server {
             owned: true,
             settings: report_settings(&pg).await?,
             wal_prealloc_s: clock.elapsed().as_secs_f64(),
+            writeback: writeback.setup.clone(),
         };
         println!(
             "  cluster ready at {base} ({}; WAL allocated in {:.0} s)",
@@ -95,13 +109,17 @@ impl Server {
             pg,
             setup,
             cluster: Some(cluster),
+            writeback: writeback.into(),
         })
     }
 
-    /// Stops an owned cluster now (also done on drop).
+    /// Stops an owned cluster and restores the host's writeback now (also done on drop).
     pub fn stop(&self) {
         if let Some(c) = &self.cluster {
             c.stop();
+        }
+        if let Ok(mut w) = self.writeback.lock() {
+            w.restore();
         }
     }
 }
