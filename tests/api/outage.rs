@@ -109,7 +109,7 @@ async fn a_gateway_with_its_database_down_at_start_fails_to_build() {
 }
 
 /// Commits never run a WAL checkpoint themselves (a commit that did would stall its whole
-/// batch); the background checkpoint (`Store::spawn_maintenance`, every second in a serving
+/// batch); the background checkpoint (`Store::spawn_maintenance`, every 250 ms in a serving
 /// process; called by hand here) copies everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_commits_leave_checkpoints_to_the_background() {
