@@ -29,3 +29,41 @@ pub fn limit(requested: Option<i64>) -> Result<i64, AdminError> {
         )),
     }
 }
+
+/// Keyset paging: the store was asked for `limit + 1` rows, so a row past `limit` means there
+/// is a next page. Cuts `rows` to the page and answers the cursor after its last row.
+pub fn next_page<T>(
+    rows: &mut Vec<T>,
+    limit: i64,
+    position: impl Fn(&T) -> PageCursor,
+) -> Option<String> {
+    if rows.len() as i64 <= limit {
+        return None;
+    }
+    rows.truncate(limit as usize);
+    rows.last().map(|row| encode(&position(row)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(i: u128) -> PageCursor {
+        PageCursor {
+            at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            id: uuid::Uuid::from_u128(i),
+        }
+    }
+
+    #[test]
+    fn a_row_past_the_limit_makes_a_next_page_after_the_last_kept_row() {
+        let mut rows: Vec<u128> = vec![1, 2, 3];
+        let next = next_page(&mut rows, 2, |&i| at(i));
+        assert_eq!(rows, vec![1, 2]);
+        assert_eq!(decode(&next.unwrap()).unwrap().id, at(2).id);
+
+        let mut rows: Vec<u128> = vec![1, 2];
+        assert_eq!(next_page(&mut rows, 2, |&i| at(i)), None);
+        assert_eq!(rows, vec![1, 2]);
+    }
+}

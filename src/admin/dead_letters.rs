@@ -77,17 +77,10 @@ pub(crate) async fn dead_letter_page(
         .store
         .list_dead_letters(filter, after, limit + 1)
         .await?;
-    let next_cursor = if rows.len() as i64 > limit {
-        rows.truncate(limit as usize);
-        rows.last().map(|d| {
-            cursor::encode(&PageCursor {
-                at: d.job.updated_at,
-                id: d.job.id.as_uuid(),
-            })
-        })
-    } else {
-        None
-    };
+    let next_cursor = cursor::next_page(&mut rows, limit, |d| PageCursor {
+        at: d.job.updated_at,
+        id: d.job.id.as_uuid(),
+    });
     let mut data = Vec::with_capacity(rows.len());
     for row in &rows {
         let history = state.store.attempts_for_job(row.job.id).await?;

@@ -67,17 +67,10 @@ pub async fn list_events(
         received_to: q.received_to,
     };
     let mut rows = state.store.list_events(&filter, after, limit + 1).await?;
-    let next_cursor = if rows.len() as i64 > limit {
-        rows.truncate(limit as usize);
-        rows.last().map(|e| {
-            cursor::encode(&PageCursor {
-                at: e.received_at,
-                id: e.id.as_uuid(),
-            })
-        })
-    } else {
-        None
-    };
+    let next_cursor = cursor::next_page(&mut rows, limit, |e| PageCursor {
+        at: e.received_at,
+        id: e.id.as_uuid(),
+    });
     Ok(web::Json(EventPage {
         data: rows.iter().map(EventSummaryView::from).collect(),
         next_cursor,
