@@ -67,19 +67,19 @@ impl PgStore {
     ) -> Result<Vec<InsertOutcome>, StoreError> {
         let (uniques, slot) = batch::dedupe(events);
         let rows: Vec<&NewEvent<'_>> = uniques.iter().map(|&i| &events[i]).collect();
-        let jobs = BatchJobs::for_events(&rows);
+        let arrays = BatchArrays::for_events(&rows);
         let saw_copies = &self.ingest_saw_copies;
         let created: Vec<Uuid> = if saw_copies.load(Ordering::Relaxed) {
-            let created = self.insert_batch(INSERT_BATCH_SQL, &rows, &jobs).await?;
+            let created = self.insert_batch(INSERT_BATCH_SQL, &arrays).await?;
             if created.len() == rows.len() {
                 saw_copies.store(false, Ordering::Relaxed);
             }
             created
         } else {
-            match self.insert_batch(INSERT_BATCH_FAST_SQL, &rows, &jobs).await {
+            match self.insert_batch(INSERT_BATCH_FAST_SQL, &arrays).await {
                 Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                     saw_copies.store(true, Ordering::Relaxed);
-                    self.insert_batch(INSERT_BATCH_SQL, &rows, &jobs).await?
+                    self.insert_batch(INSERT_BATCH_SQL, &arrays).await?
                 }
                 other => other?,
             }
@@ -137,32 +137,51 @@ impl PgStore {
     }
 }
 
-/// One job per destination for each event of a batch, as the statement's arrays. Built once:
-/// a batch that goes again after a rejected fast path reuses them (nothing of it was written).
-struct BatchJobs<'a> {
+/// The statement's parameters: one array per events column, and one job per destination for
+/// each event. Built once, in one pass: a batch that goes again after a rejected fast path
+/// reuses them (nothing of it was written).
+#[derive(Default)]
+struct BatchArrays<'a> {
     ids: Vec<Uuid>,
-    events: Vec<Uuid>,
-    destinations: Vec<&'a str>,
-    times: Vec<chrono::DateTime<chrono::Utc>>,
+    tenants: Vec<&'a str>,
+    sources: Vec<&'a str>,
+    provider_ids: Vec<&'a str>,
+    types: Vec<Option<&'a str>>,
+    received: Vec<chrono::DateTime<chrono::Utc>>,
+    content_types: Vec<Option<&'a str>>,
+    headers: Vec<&'a str>,
+    bodies: Vec<&'a [u8]>,
+    schemes: Vec<&'a str>,
+    secret_indexes: Vec<i32>,
+    job_ids: Vec<Uuid>,
+    job_events: Vec<Uuid>,
+    job_destinations: Vec<&'a str>,
+    job_times: Vec<chrono::DateTime<chrono::Utc>>,
 }
 
-impl<'a> BatchJobs<'a> {
+impl<'a> BatchArrays<'a> {
     fn for_events(rows: &[&'a NewEvent<'a>]) -> Self {
-        let mut jobs = BatchJobs {
-            ids: Vec::new(),
-            events: Vec::new(),
-            destinations: Vec::new(),
-            times: Vec::new(),
-        };
+        let mut a = BatchArrays::default();
         for e in rows {
+            a.ids.push(e.id.as_uuid());
+            a.tenants.push(e.tenant.as_str());
+            a.sources.push(e.source.as_str());
+            a.provider_ids.push(e.provider_event_id.as_str());
+            a.types.push(e.event_type);
+            a.received.push(e.received_at);
+            a.content_types.push(e.content_type);
+            a.headers.push(e.headers_json.as_str());
+            a.bodies.push(e.body);
+            a.schemes.push(e.verified_scheme);
+            a.secret_indexes.push(e.verified_secret_index);
             for d in e.destinations {
-                jobs.ids.push(JobId::generate().as_uuid());
-                jobs.events.push(e.id.as_uuid());
-                jobs.destinations.push(d.as_str());
-                jobs.times.push(e.received_at);
+                a.job_ids.push(JobId::generate().as_uuid());
+                a.job_events.push(e.id.as_uuid());
+                a.job_destinations.push(d.as_str());
+                a.job_times.push(e.received_at);
             }
         }
-        jobs
+        a
     }
 }
 
@@ -171,37 +190,24 @@ impl PgStore {
     async fn insert_batch(
         &self,
         sql: &'static str,
-        rows: &[&NewEvent<'_>],
-        jobs: &BatchJobs<'_>,
+        a: &BatchArrays<'_>,
     ) -> Result<Vec<Uuid>, sqlx::Error> {
         sqlx::query_scalar(sql)
-            .bind(rows.iter().map(|e| e.id.as_uuid()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|e| e.tenant.as_str()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|e| e.provider_event_id.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(rows.iter().map(|e| e.event_type).collect::<Vec<_>>())
-            .bind(rows.iter().map(|e| e.received_at).collect::<Vec<_>>())
-            .bind(rows.iter().map(|e| e.content_type).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|e| e.headers_json.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(rows.iter().map(|e| e.body).collect::<Vec<_>>())
-            .bind(rows.iter().map(|e| e.verified_scheme).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|e| e.verified_secret_index)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(&jobs.ids)
-            .bind(&jobs.events)
-            .bind(&jobs.destinations)
-            .bind(&jobs.times)
+            .bind(&a.ids)
+            .bind(&a.tenants)
+            .bind(&a.sources)
+            .bind(&a.provider_ids)
+            .bind(&a.types)
+            .bind(&a.received)
+            .bind(&a.content_types)
+            .bind(&a.headers)
+            .bind(&a.bodies)
+            .bind(&a.schemes)
+            .bind(&a.secret_indexes)
+            .bind(&a.job_ids)
+            .bind(&a.job_events)
+            .bind(&a.job_destinations)
+            .bind(&a.job_times)
             .bind(JOBS_CHANNEL)
             .fetch_all(&self.pool)
             .await
