@@ -285,7 +285,6 @@ fn csrf_of(html: &str) -> String {
         .to_owned()
 }
 
-/// Logs in over plain HTTP; returns the session cookie and the page's CSRF token.
 /// Logs in over plain HTTP (redirects not followed); returns the client, the session
 /// cookie and the CSRF token of the dead-letters page.
 async fn http_login(app: &support::TestApp) -> (reqwest::Client, String, String) {
