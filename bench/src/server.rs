@@ -46,7 +46,7 @@ pub struct Server {
     pub pg: PgServer,
     pub setup: ServerSetup,
     cluster: Option<Cluster>,
-    writeback: std::sync::Mutex<HostWriteback>,
+    writeback: HostWriteback,
 }
 
 impl Server {
@@ -75,7 +75,7 @@ impl Server {
             pg,
             setup,
             cluster: None,
-            writeback: writeback.into(),
+            writeback,
         })
     }
 
@@ -109,7 +109,7 @@ impl Server {
             pg,
             setup,
             cluster: Some(cluster),
-            writeback: writeback.into(),
+            writeback,
         })
     }
 
@@ -118,9 +118,7 @@ impl Server {
         if let Some(c) = &self.cluster {
             c.stop();
         }
-        if let Ok(mut w) = self.writeback.lock() {
-            w.restore();
-        }
+        self.writeback.restore();
     }
 }
 

@@ -8,6 +8,7 @@
 //! and puts the old value back when it ends.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,8 @@ pub struct WritebackSetup {
 /// The setting as found; puts it back when dropped if the run changed it.
 pub struct HostWriteback {
     found: Option<Found>,
-    changed: bool,
+    /// True while the host holds the run's value; cleared by the one `restore` that undoes it.
+    changed: AtomicBool,
     pub setup: WritebackSetup,
 }
 
@@ -74,7 +76,7 @@ impl HostWriteback {
         let Some(was) = found else {
             return HostWriteback {
                 found,
-                changed: false,
+                changed: AtomicBool::new(false),
                 setup: WritebackSetup {
                     during_run: "unknown (no /proc/sys/vm)".into(),
                 },
@@ -106,18 +108,17 @@ impl HostWriteback {
         println!("  host writeback: {during_run}");
         HostWriteback {
             found,
-            changed,
+            changed: AtomicBool::new(changed),
             setup: WritebackSetup { during_run },
         }
     }
 
     /// Puts the found value back (also done on drop).
-    pub fn restore(&mut self) {
-        if let (true, Some(was)) = (self.changed, self.found) {
+    pub fn restore(&self) {
+        if let (true, Some(was)) = (self.changed.swap(false, Ordering::SeqCst), self.found) {
             if let Err(e) = was.write() {
                 eprintln!("could not restore {}: {e}", was.describe());
             }
-            self.changed = false;
         }
     }
 }
@@ -134,4 +135,43 @@ fn read_u64(path: impl AsRef<Path>) -> Option<u64> {
 
 fn mb(bytes: u64) -> String {
     format!("{} MB", bytes / (1024 * 1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // One test, so the two cases never run at once against the one host setting.
+    #[test]
+    fn leaves_the_host_alone_unless_asked_and_restores_what_it_changed() {
+        let Some(before) = Found::read() else {
+            return; // no /proc/sys/vm here: nothing to set or to check
+        };
+        let kept = HostWriteback::setup(false);
+        assert_eq!(Found::read(), Some(before));
+        assert_eq!(
+            kept.setup.during_run,
+            format!("{} (as found)", before.describe())
+        );
+        drop(kept);
+        assert_eq!(Found::read(), Some(before));
+
+        let applied = HostWriteback::setup(true);
+        let during = Found::read();
+        if applied.setup.during_run.contains("set for this run") {
+            assert_eq!(during, Some(Found::Bytes(RECOMMENDED_BYTES)));
+        } else {
+            // Already the recommended value, or /proc/sys not writable (and it says so).
+            assert_eq!(during, Some(before));
+            if before != Found::Bytes(RECOMMENDED_BYTES) {
+                assert!(
+                    applied.setup.during_run.contains("failed"),
+                    "{}",
+                    applied.setup.during_run
+                );
+            }
+        }
+        applied.restore();
+        assert_eq!(Found::read(), Some(before));
+    }
 }
