@@ -80,7 +80,7 @@ impl Application {
             store.write_parallelism(config.server.ingest_writers),
             config.server.ingest_batch_max,
         );
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::new().counting_batches_of(batcher.clone()));
         let state = AppState::new(
             store.clone(),
             config.clone(),

@@ -30,7 +30,7 @@ fn not_ready() -> HttpResponse {
 
 /// Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    match state.metrics.render(&state.store, &state.batcher).await {
+    match state.metrics.render(&state.store).await {
         Ok(text) => HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4")
             .body(text),

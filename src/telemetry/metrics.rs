@@ -1,10 +1,14 @@
 //! Prometheus metrics. Each `Application` has its own registry (so tests can check exact
 //! counts); gauges that describe the database are computed when `/metrics` is scraped.
 
+use prometheus::core::{Collector, Desc, Describer as _};
+use prometheus::proto::MetricFamily;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
+use crate::ingest::IngestBatcher;
 use crate::store::{Store, StoreError};
 
 pub struct Metrics {
@@ -15,13 +19,6 @@ pub struct Metrics {
     pub delivery_attempts: IntCounterVec,
     pub delivery_duration: HistogramVec,
     pub reconciler_repairs: IntCounterVec,
-    /// Group commit: events written and transactions (batches) that wrote them, so
-    /// rate(events) / rate(batches) is the mean batch size.
-    ingest_batched_events: prometheus::IntCounter,
-    ingest_batches: prometheus::IntCounter,
-    /// Held while the two counters above catch up with the batcher, so that two scrapes at
-    /// once cannot both add the same difference.
-    batch_counts_sync: std::sync::Mutex<()>,
     jobs: IntGaugeVec,
     delivery_lag: prometheus::Gauge,
     pool: IntGaugeVec,
@@ -77,13 +74,6 @@ impl Metrics {
         registry
             .register(Box::new(delivery_lag.clone()))
             .expect("unique metric");
-        let plain_counter = |name: &str, help: &str| {
-            let c = prometheus::IntCounter::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
-        };
         Self {
             ingest_requests: counter(
                 "ingest_requests_total",
@@ -105,15 +95,6 @@ impl Metrics {
                 "Duration of delivery attempts",
                 &["destination"],
             ),
-            ingest_batched_events: plain_counter(
-                "ingest_batched_events_total",
-                "Events submitted to ingest's group commit",
-            ),
-            ingest_batches: plain_counter(
-                "ingest_batches_total",
-                "Ingest transactions (group-commit batches) written or failed",
-            ),
-            batch_counts_sync: std::sync::Mutex::new(()),
             reconciler_repairs: counter(
                 "reconciler_repairs_total",
                 "Jobs repaired by the reconciler, by kind",
@@ -144,24 +125,16 @@ impl Metrics {
         self
     }
 
+    /// Also exposes the ingest batcher's own counts of events and batches.
+    pub fn counting_batches_of(self, batcher: IngestBatcher) -> Self {
+        self.registry
+            .register(Box::new(GroupCommitCounts::new(batcher)))
+            .expect("unique metric");
+        self
+    }
+
     /// The text exposition, with the database gauges and the batcher's counts read now.
-    pub async fn render(
-        &self,
-        store: &Store,
-        batcher: &crate::ingest::IngestBatcher,
-    ) -> Result<String, StoreError> {
-        {
-            let _sync = self
-                .batch_counts_sync
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            for (counter, now) in [
-                (&self.ingest_batched_events, batcher.submitted()),
-                (&self.ingest_batches, batcher.batches()),
-            ] {
-                counter.inc_by(now.saturating_sub(counter.get()));
-            }
-        }
+    pub async fn render(&self, store: &Store) -> Result<String, StoreError> {
         self.jobs.reset();
         for (status, destination, n) in store.count_jobs_by_status().await? {
             self.jobs.with_label_values(&[&status, &destination]).set(n);
@@ -179,5 +152,58 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("encoding to a Vec cannot fail");
         Ok(String::from_utf8(out).expect("the text format is UTF-8"))
+    }
+}
+
+/// Group commit's counters, read from the batcher at each scrape (it counts them anyway):
+/// verified events handed to it and transactions (batches) that wrote them, so
+/// rate(events) / rate(batches) is the mean batch size.
+struct GroupCommitCounts {
+    batcher: IngestBatcher,
+    events: Opts,
+    batches: Opts,
+    descs: Vec<Desc>,
+}
+
+impl GroupCommitCounts {
+    fn new(batcher: IngestBatcher) -> Self {
+        let events = Opts::new(
+            "ingest_batched_events_total",
+            "Events submitted to ingest's group commit",
+        );
+        let batches = Opts::new(
+            "ingest_batches_total",
+            "Ingest transactions (group-commit batches) written or failed",
+        );
+        let descs = [&events, &batches]
+            .into_iter()
+            .map(|o| o.describe().expect("valid metric"))
+            .collect();
+        Self {
+            batcher,
+            events,
+            batches,
+            descs,
+        }
+    }
+}
+
+impl Collector for GroupCommitCounts {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        [
+            (&self.events, self.batcher.submitted()),
+            (&self.batches, self.batcher.batches()),
+        ]
+        .into_iter()
+        .flat_map(|(opts, n)| {
+            let counter = IntCounter::with_opts(opts.clone()).expect("valid metric");
+            counter.inc_by(n);
+            counter.collect()
+        })
+        .collect()
     }
 }
