@@ -15,6 +15,7 @@ mod admin_sql;
 mod admin_types;
 mod batch;
 mod group_commit;
+mod held;
 mod idempotency;
 mod postgres;
 mod sqlite;
@@ -73,7 +74,7 @@ impl From<sqlx::Error> for StoreError {
 
 /// SQLite busy/locked, and PostgreSQL classes 08 (connection), 53 (resources), 57P (shutdown)
 /// and 40 (serialization): conditions a later retry can get past.
-fn is_transient(code: Option<&str>) -> bool {
+pub(super) fn is_transient(code: Option<&str>) -> bool {
     let Some(code) = code else { return false };
     matches!(code, "5" | "6" | "261" | "262" | "517" | "773")
         || code.starts_with("08")

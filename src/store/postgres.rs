@@ -13,6 +13,7 @@ use sqlx::PgConnection;
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::held::HeldConnections;
 use super::{
     headers_from_json, AttemptOutcome, ClaimedJob, ExpiredLease, JobOutcome, StoreError,
     StoredAttempt, StoredEvent, StoredJob,
@@ -40,6 +41,8 @@ pub struct PgStore {
     /// Set when an ingest batch met a stored copy: the next batches skip the fast path
     /// until one goes through with no copy (see `insert_events`).
     ingest_saw_copies: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The ingest writers' connections, kept between batches (see `HeldConnections`).
+    ingest_connections: std::sync::Arc<HeldConnections<sqlx::Postgres>>,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -84,6 +87,7 @@ impl PgStore {
             .acquire_timeout(config.acquire_timeout)
             .connect_lazy_with(options.options([("synchronous_commit", "off")]));
         Ok(Self {
+            ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
             pool,
             relaxed,
             ingest_saw_copies: Default::default(),
@@ -426,6 +430,7 @@ impl PgStore {
     }
 
     pub async fn close(&self) {
+        self.ingest_connections.release_all();
         self.pool.close().await;
         self.relaxed.close().await;
     }

@@ -162,3 +162,73 @@ async fn sqlite_commits_leave_checkpoints_to_the_background() {
         "a quiet database is checkpointed completely"
     );
 }
+
+/// Ingest keeps its connections between batches instead of returning them to the pool.
+/// When the server drops every session (a restart, a failover), the batch that meets a dead
+/// connection fails as unavailable (the gateway answers 503) and stores nothing, and the next
+/// batch meets no dead connection: the failure gave every held one back to the pool to be
+/// tested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_ingest_gets_past_dropped_connections_in_one_batch() {
+    let app = crate::support::spawn_app(Backend::Postgres).await;
+    let store = hookgate::store::Store::connect(&app.config.database).unwrap();
+    let (tenant, source) = (
+        hookgate::domain::Name::parse("t", "acme").unwrap(),
+        hookgate::domain::Name::parse("s", "stripe").unwrap(),
+    );
+    let ids: Vec<_> = ["evt_held_a", "evt_held_b", "evt_held_c", "evt_held_d"]
+        .iter()
+        .map(|i| hookgate::domain::ProviderEventId::parse(i).unwrap())
+        .collect();
+    let event = |i: usize| hookgate::store::NewEvent {
+        id: hookgate::domain::EventId::generate(),
+        tenant: &tenant,
+        source: &source,
+        provider_event_id: &ids[i],
+        event_type: None,
+        received_at: chrono::Utc::now(),
+        content_type: None,
+        headers_json: "[]".into(),
+        body: b"{}",
+        verified_scheme: "stripe",
+        verified_secret_index: 0,
+        destinations: &[],
+    };
+    // Two batches at once: two connections held afterwards.
+    let (first, second) = (event(0), event(1));
+    let (a, b) = tokio::join!(store.insert_event(&first), store.insert_event(&second));
+    a.unwrap();
+    b.unwrap();
+
+    let mut admin = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 2, "{dropped} sessions dropped");
+
+    let failed = store.insert_event(&event(2)).await;
+    assert!(
+        matches!(failed, Err(hookgate::store::StoreError::Unavailable(_))),
+        "{failed:?}"
+    );
+    store
+        .insert_event(&event(3))
+        .await
+        .expect("the next batch meets no dead connection");
+    assert!(store
+        .find_event("stripe", "evt_held_c")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .find_event("stripe", "evt_held_d")
+        .await
+        .unwrap()
+        .is_some());
+}

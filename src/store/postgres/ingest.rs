@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{PgStore, JOBS_CHANNEL};
@@ -68,55 +69,16 @@ impl PgStore {
         let (uniques, slot) = batch::dedupe(events);
         let rows: Vec<&NewEvent<'_>> = uniques.iter().map(|&i| &events[i]).collect();
         let arrays = BatchArrays::for_events(&rows);
-        let saw_copies = &self.ingest_saw_copies;
-        let created: Vec<Uuid> = if saw_copies.load(Ordering::Relaxed) {
-            let created = self.insert_batch(INSERT_BATCH_SQL, &arrays).await?;
-            if created.len() == rows.len() {
-                saw_copies.store(false, Ordering::Relaxed);
-            }
-            created
-        } else {
-            match self.insert_batch(INSERT_BATCH_FAST_SQL, &arrays).await {
-                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                    saw_copies.store(true, Ordering::Relaxed);
-                    self.insert_batch(INSERT_BATCH_SQL, &arrays).await?
-                }
-                other => other?,
-            }
-        };
+        let (created, found) = self
+            .ingest_connections
+            .run(async |conn: &mut PgConnection| {
+                let created = self.insert_rows(conn, &arrays).await?;
+                let found = lookup_conflicted(conn, &rows, &created).await?;
+                Ok((created, found))
+            })
+            .await?;
         let created: HashSet<Uuid> = created.into_iter().collect();
-
-        // Copies of events stored earlier (or by a concurrent batch that won the key): read
-        // after the insert committed, so the winner's row is visible.
-        let conflicted: Vec<&NewEvent<'_>> = rows
-            .iter()
-            .copied()
-            .filter(|e| !created.contains(&e.id.as_uuid()))
-            .collect();
         let mut existing: HashMap<(&str, &str), Uuid> = HashMap::new();
-        let found: Vec<(Uuid, String, String)> = if conflicted.is_empty() {
-            Vec::new()
-        } else {
-            sqlx::query_as(
-                "SELECT e.id, e.source, e.provider_event_id FROM events e \
-                 JOIN UNNEST($1::text[], $2::text[]) AS k(source, pid) \
-                 ON e.source = k.source AND e.provider_event_id = k.pid",
-            )
-            .bind(
-                conflicted
-                    .iter()
-                    .map(|e| e.source.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                conflicted
-                    .iter()
-                    .map(|e| e.provider_event_id.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .fetch_all(&self.pool)
-            .await?
-        };
         for (id, s, p) in &found {
             existing.insert((s.as_str(), p.as_str()), *id);
         }
@@ -135,6 +97,69 @@ impl PgStore {
             .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(batch::answers(&uniques, &slot, &outcomes))
     }
+}
+
+impl PgStore {
+    /// The batch's rows: the fast path first, ON CONFLICT after a copy (see `insert_events`).
+    /// Answers the ids of the events created.
+    async fn insert_rows(
+        &self,
+        conn: &mut PgConnection,
+        arrays: &BatchArrays<'_>,
+    ) -> Result<Vec<Uuid>, sqlx::Error> {
+        let saw_copies = &self.ingest_saw_copies;
+        if saw_copies.load(Ordering::Relaxed) {
+            let created = insert_batch(conn, INSERT_BATCH_SQL, arrays).await?;
+            if created.len() == arrays.ids.len() {
+                saw_copies.store(false, Ordering::Relaxed);
+            }
+            return Ok(created);
+        }
+        match insert_batch(conn, INSERT_BATCH_FAST_SQL, arrays).await {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                saw_copies.store(true, Ordering::Relaxed);
+                insert_batch(conn, INSERT_BATCH_SQL, arrays).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Copies of events stored earlier (or by a concurrent batch that won the key): read after
+/// the insert committed, so the winner's row is visible.
+async fn lookup_conflicted(
+    conn: &mut PgConnection,
+    rows: &[&NewEvent<'_>],
+    created: &[Uuid],
+) -> Result<Vec<(Uuid, String, String)>, sqlx::Error> {
+    let created: HashSet<&Uuid> = created.iter().collect();
+    let conflicted: Vec<&NewEvent<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|e| !created.contains(&e.id.as_uuid()))
+        .collect();
+    if conflicted.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "SELECT e.id, e.source, e.provider_event_id FROM events e \
+         JOIN UNNEST($1::text[], $2::text[]) AS k(source, pid) \
+         ON e.source = k.source AND e.provider_event_id = k.pid",
+    )
+    .bind(
+        conflicted
+            .iter()
+            .map(|e| e.source.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        conflicted
+            .iter()
+            .map(|e| e.provider_event_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(conn)
+    .await
 }
 
 /// The statement's parameters: one array per events column, and one job per destination for
@@ -185,31 +210,29 @@ impl<'a> BatchArrays<'a> {
     }
 }
 
-impl PgStore {
-    /// Runs one of the batch statements; answers the ids of the events it created.
-    async fn insert_batch(
-        &self,
-        sql: &'static str,
-        a: &BatchArrays<'_>,
-    ) -> Result<Vec<Uuid>, sqlx::Error> {
-        sqlx::query_scalar(sql)
-            .bind(&a.ids)
-            .bind(&a.tenants)
-            .bind(&a.sources)
-            .bind(&a.provider_ids)
-            .bind(&a.types)
-            .bind(&a.received)
-            .bind(&a.content_types)
-            .bind(&a.headers)
-            .bind(&a.bodies)
-            .bind(&a.schemes)
-            .bind(&a.secret_indexes)
-            .bind(&a.job_ids)
-            .bind(&a.job_events)
-            .bind(&a.job_destinations)
-            .bind(&a.job_times)
-            .bind(JOBS_CHANNEL)
-            .fetch_all(&self.pool)
-            .await
-    }
+/// Runs one of the batch statements; answers the ids of the events it created.
+async fn insert_batch(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    a: &BatchArrays<'_>,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(sql)
+        .bind(&a.ids)
+        .bind(&a.tenants)
+        .bind(&a.sources)
+        .bind(&a.provider_ids)
+        .bind(&a.types)
+        .bind(&a.received)
+        .bind(&a.content_types)
+        .bind(&a.headers)
+        .bind(&a.bodies)
+        .bind(&a.schemes)
+        .bind(&a.secret_indexes)
+        .bind(&a.job_ids)
+        .bind(&a.job_events)
+        .bind(&a.job_destinations)
+        .bind(&a.job_times)
+        .bind(JOBS_CHANNEL)
+        .fetch_all(conn)
+        .await
 }
