@@ -4,6 +4,7 @@
 //! a `VerifiedEvent`, so no code path can store an unauthenticated request.
 
 mod definition;
+mod json_pointer;
 mod registry;
 mod request;
 mod sign;

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::definition::{ChallengeKind, Location, ProviderDefinition, TimestampSource};
+use super::json_pointer::pointer_value;
 use super::request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
 use super::signature::{macs_equal, parse_signature_header, SecretKey};
 use super::template::{PayloadValues, Segment};
@@ -160,21 +161,20 @@ impl Unverified {
         }
 
         // Authentic from here on: parsing the body is now safe.
-        let mut json = LazyJson::new(&self.body);
         if def.challenge == Some(ChallengeKind::SlackUrlVerification) {
-            if let Some(Value::Object(map)) = json.get() {
-                if map.get("type").and_then(Value::as_str) == Some("url_verification") {
-                    let challenge = map
-                        .get("challenge")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    return Ok(Verified::Challenge(challenge.to_owned()));
-                }
+            let field = |pointer| pointer_value(&self.body, pointer).ok().flatten();
+            if field("/type").as_ref().and_then(Value::as_str) == Some("url_verification") {
+                let challenge = field("/challenge");
+                let challenge = challenge
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                return Ok(Verified::Challenge(challenge.to_owned()));
             }
         }
         let raw_id = match signed_id {
             Some(id) => id.to_owned(),
-            None => match lookup(&def.event_id, &self.headers, &mut json) {
+            None => match lookup(&def.event_id, &self.headers, &self.body) {
                 Lookup::Found(id) => id,
                 Lookup::MalformedJson => return Err(VerifyError::MalformedBody),
                 Lookup::NotFound => {
@@ -184,7 +184,7 @@ impl Unverified {
         };
         let provider_event_id = ProviderEventId::parse(&raw_id)
             .map_err(|e| VerifyError::MissingEventId(e.to_string()))?;
-        let event_type = match lookup(&def.event_type, &self.headers, &mut json) {
+        let event_type = match lookup(&def.event_type, &self.headers, &self.body) {
             Lookup::Found(t) => Some(t),
             _ => None,
         };
@@ -239,30 +239,15 @@ fn header_lookup<'a>(
     Ok(None)
 }
 
-struct LazyJson<'a> {
-    body: &'a [u8],
-    parsed: Option<Option<Value>>,
-}
-
-impl<'a> LazyJson<'a> {
-    fn new(body: &'a [u8]) -> Self {
-        Self { body, parsed: None }
-    }
-
-    fn get(&mut self) -> Option<&Value> {
-        self.parsed
-            .get_or_insert_with(|| serde_json::from_slice(self.body).ok())
-            .as_ref()
-    }
-}
-
 enum Lookup {
     Found(String),
     NotFound,
     MalformedJson,
 }
 
-fn lookup(locations: &[Location], headers: &RequestHeaders, json: &mut LazyJson<'_>) -> Lookup {
+/// The first value found among `locations`. The body is parsed only for a JSON location
+/// (a body that is not JSON is an error only if no location yields a value).
+fn lookup(locations: &[Location], headers: &RequestHeaders, body: &[u8]) -> Lookup {
     let mut malformed = false;
     for loc in locations {
         match loc {
@@ -271,17 +256,15 @@ fn lookup(locations: &[Location], headers: &RequestHeaders, json: &mut LazyJson<
                     return Lookup::Found(v.to_owned());
                 }
             }
-            Location::Json(pointer) => match json.get() {
-                None => malformed = true,
-                Some(doc) => match doc.pointer(pointer) {
-                    Some(Value::String(s)) if !s.is_empty() => return Lookup::Found(s.clone()),
-                    // Only integers that fit 64 bits have an exact text: a larger number
-                    // would be rounded, and two distinct ids would collide.
-                    Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
-                        return Lookup::Found(n.to_string())
-                    }
-                    _ => {}
-                },
+            Location::Json(pointer) => match pointer_value(body, pointer) {
+                Err(_) => malformed = true,
+                Ok(Some(Value::String(s))) if !s.is_empty() => return Lookup::Found(s),
+                // Only integers that fit 64 bits have an exact text: a larger number
+                // would be rounded, and two distinct ids would collide.
+                Ok(Some(Value::Number(n))) if n.is_i64() || n.is_u64() => {
+                    return Lookup::Found(n.to_string())
+                }
+                Ok(_) => {}
             },
         }
     }
