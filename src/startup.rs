@@ -155,6 +155,7 @@ pub fn background_runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Server> {
     let request_timeout = state.config.server.request_timeout;
+    let sources: Vec<String> = state.config.sources.keys().cloned().collect();
     let state = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
@@ -162,7 +163,7 @@ fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Se
             .configure(http::configure_probes)
             .configure(|cfg| {
                 if role != Role::Worker {
-                    http::configure_ingest(cfg);
+                    http::configure_ingest(cfg, sources.iter().map(String::as_str));
                     crate::admin::configure(cfg);
                     crate::console::configure(cfg);
                 }

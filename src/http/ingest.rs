@@ -21,18 +21,28 @@ struct Handled {
     provider_event_id: Option<ProviderEventId>,
 }
 
-pub async fn receive_webhook(
+/// `POST /webhooks/{source}` for a name that has no route of its own (see `configure_ingest`):
+/// answered the same way, so an unknown source gets its 404 from `handle`.
+pub async fn receive_webhook_at(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    receive_webhook(state, request, &path.into_inner(), payload).await
+}
+
+pub async fn receive_webhook(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    source_name: &str,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let started = Instant::now();
-    let source_name = path.into_inner();
-    let result = handle(&state, &request, &source_name, payload).await;
+    let result = handle(&state, &request, source_name, payload).await;
     // Only configured names become labels: a path cannot grow the metrics without bound.
-    let source = if state.config.sources.contains_key(&source_name) {
-        source_name.as_str()
+    let source = if state.config.sources.contains_key(source_name) {
+        source_name
     } else {
         "_unknown"
     };
