@@ -1,29 +1,51 @@
-//! Reading one value out of a JSON body by its pointer (RFC 6901) without building the
-//! whole document: every request reads its event id (and type) this way, and a document
-//! tree costs an allocation per key and string.
+//! Reading values out of a JSON body by their pointers (RFC 6901) in one pass, without
+//! building the whole document: every request reads its event id (and type) this way, and
+//! a document tree costs an allocation per key and string.
 //!
-//! The answer is exactly `serde_json::from_slice::<Value>(body)?.pointer(pointer)`: the
+//! Each answer is exactly `serde_json::from_slice::<Value>(body)?.pointer(pointer)`: the
 //! whole body is still parsed and checked the same way (a body that would not parse into a
 //! `Value` is an error here too), a key that appears twice counts by its last occurrence,
-//! and array indexes follow the same rules. Only the value the pointer names is built.
+//! and array indexes follow the same rules. Only the values the pointers name are built.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-/// The value at `pointer` in `body`; `Ok(None)` when the document has no such value, `Err`
-/// when `body` is not a JSON document. `pointer` is "" (the whole document) or starts with '/'.
-pub fn pointer_value(body: &[u8], pointer: &str) -> Result<Option<Value>, serde_json::Error> {
-    let Some(path) = tokens(pointer) else {
-        // Not a pointer at all: no value, but the body must still be a document.
+/// The value at each of `pointers`, in their order, read in one pass over `body`: a
+/// definition reads its event id and type from one body, and each pass is a full parse.
+/// `None` where the document has no such value; `Err` when `body` is not a JSON document.
+/// A pointer is "" (the whole document) or starts with '/'.
+pub fn pointer_values(
+    body: &[u8],
+    pointers: &[&str],
+) -> Result<Vec<Option<Value>>, serde_json::Error> {
+    let paths: Vec<Option<Vec<String>>> = pointers.iter().map(|p| tokens(p)).collect();
+    // A string that is not a pointer at all has no value, but the body must still parse.
+    let walked: Vec<(usize, &[String])> = paths
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.as_deref().map(|p| (i, p)))
+        .collect();
+    let mut values = vec![None; pointers.len()];
+    if walked.is_empty() {
         serde_json::from_slice::<Skip>(body)?;
-        return Ok(None);
-    };
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let found = Walk { path: &path }.deserialize(&mut de)?;
-    de.end()?;
-    Ok(found)
+        return Ok(values);
+    }
+    // A key is matched against a path set as a bit mask.
+    for chunk in walked.chunks(u64::BITS as usize) {
+        let chunk_paths: Vec<&[String]> = chunk.iter().map(|(_, p)| *p).collect();
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let found = Walk {
+            paths: &chunk_paths,
+        }
+        .deserialize(&mut de)?;
+        de.end()?;
+        for ((i, _), value) in chunk.iter().zip(found) {
+            values[*i] = value;
+        }
+    }
+    Ok(values)
 }
 
 /// The unescaped reference tokens, as `Value::pointer` reads them; `None` when `pointer` is
@@ -48,102 +70,159 @@ fn parse_index(token: &str) -> Option<usize> {
     token.parse().ok()
 }
 
-/// Follows `path` down the document, skipping everything off it.
+/// `Value::pointer` along already unescaped tokens.
+fn descend<'v>(mut value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    for token in path {
+        value = match value {
+            Value::Object(map) => map.get(token)?,
+            Value::Array(items) => items.get(parse_index(token)?)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// Follows every one of `paths` (at most 64) down the document at once, skipping whatever
+/// is off all of them; the answer has one entry per path.
 struct Walk<'p> {
-    path: &'p [String],
+    paths: &'p [&'p [String]],
+}
+
+impl Walk<'_> {
+    fn nothing(&self) -> Vec<Option<Value>> {
+        vec![None; self.paths.len()]
+    }
+
+    /// The paths whose next token is selected by `mask`, past that token.
+    fn below(&self, mask: u64) -> Vec<&[String]> {
+        (0..self.paths.len())
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| &self.paths[i][1..])
+            .collect()
+    }
+
+    /// Puts the answers for the paths in `mask` (in order) into `into`.
+    fn assign(mask: u64, answers: Vec<Option<Value>>, into: &mut [Option<Value>]) {
+        let selected = (0..into.len()).filter(|i| mask & (1 << i) != 0);
+        for (i, answer) in selected.zip(answers) {
+            into[i] = answer;
+        }
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for Walk<'_> {
-    type Value = Option<Value>;
+    type Value = Vec<Option<Value>>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        if self.path.is_empty() {
-            return serde::Deserialize::deserialize(d).map(Some);
+        if self.paths.iter().any(|p| p.is_empty()) {
+            // Some path ends here and wants this whole value: build it once, answer all.
+            let value: Value = serde::Deserialize::deserialize(d)?;
+            return Ok(self
+                .paths
+                .iter()
+                .map(|p| descend(&value, p).cloned())
+                .collect());
         }
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for Walk<'_> {
-    type Value = Option<Value>;
+    type Value = Vec<Option<Value>>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (head, rest) = (&self.path[0], &self.path[1..]);
-        let mut found = None;
-        while let Some(is_head) = map.next_key_seed(KeyIs(head))? {
-            if is_head {
-                // A later copy of the key replaces an earlier one, as in a `Value` map.
-                found = map.next_value_seed(Walk { path: rest })?;
-            } else {
+        let mut found = self.nothing();
+        while let Some(mask) = map.next_key_seed(KeyMask(self.paths))? {
+            if mask == 0 {
                 map.next_value_seed(Skip)?;
+            } else {
+                // A later copy of the key replaces an earlier one, as in a `Value` map.
+                let answers = map.next_value_seed(Walk {
+                    paths: &self.below(mask),
+                })?;
+                Self::assign(mask, answers, &mut found);
             }
         }
         Ok(found)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let (index, rest) = (parse_index(&self.path[0]), &self.path[1..]);
-        let mut found = None;
+        let indexes: Vec<Option<usize>> = self.paths.iter().map(|p| parse_index(&p[0])).collect();
+        let mut found = self.nothing();
         let mut i = 0;
         loop {
-            if Some(i) == index {
-                match seq.next_element_seed(Walk { path: rest })? {
-                    Some(v) => found = v,
+            let mask = indexes
+                .iter()
+                .enumerate()
+                .filter(|(_, index)| **index == Some(i))
+                .fold(0u64, |mask, (bit, _)| mask | (1 << bit));
+            if mask == 0 {
+                if seq.next_element_seed(Skip)?.is_none() {
+                    break;
+                }
+            } else {
+                match seq.next_element_seed(Walk {
+                    paths: &self.below(mask),
+                })? {
+                    Some(answers) => Self::assign(mask, answers, &mut found),
                     None => break,
                 }
-            } else if seq.next_element_seed(Skip)?.is_none() {
-                break;
             }
             i += 1;
         }
         Ok(found)
     }
 
-    // A scalar where the path goes on: nothing there.
+    // A scalar where the paths go on: nothing there.
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(self.nothing())
     }
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(self.nothing())
     }
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(self.nothing())
     }
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(self.nothing())
     }
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(self.nothing())
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(self.nothing())
     }
 }
 
-/// Whether a map key equals the token, compared without copying the key.
-struct KeyIs<'t>(&'t str);
+/// Which paths' next token a map key equals, as a bit mask; compared without copying the key.
+struct KeyMask<'p>(&'p [&'p [String]]);
 
-impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
-    type Value = bool;
+impl<'de> DeserializeSeed<'de> for KeyMask<'_> {
+    type Value = u64;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl<'de> Visitor<'de> for KeyIs<'_> {
-    type Value = bool;
+impl<'de> Visitor<'de> for KeyMask<'_> {
+    type Value = u64;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a string key")
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
-        Ok(key == self.0)
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<u64, E> {
+        Ok(self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, path)| path[0] == key)
+            .fold(0, |mask, (bit, _)| mask | (1 << bit)))
     }
 }
 
@@ -215,6 +294,10 @@ mod tests {
     fn by_tree(body: &[u8], pointer: &str) -> Result<Option<Value>, ()> {
         let doc: Value = serde_json::from_slice(body).map_err(|_| ())?;
         Ok(doc.pointer(pointer).cloned())
+    }
+
+    fn pointer_value(body: &[u8], pointer: &str) -> Result<Option<Value>, serde_json::Error> {
+        Ok(pointer_values(body, &[pointer])?.pop().flatten())
     }
 
     fn same(body: &str, pointer: &str) {
@@ -297,19 +380,80 @@ mod tests {
         })
     }
 
+    /// `doc` as text; with `duplicate`, an object's first key is repeated in front with
+    /// another value, so the later copy must win.
+    fn document_text(doc: &Value, duplicate: bool) -> String {
+        let body = serde_json::to_string(doc).unwrap();
+        match doc.as_object().and_then(|o| o.keys().next()) {
+            Some(key) if duplicate => {
+                let key = serde_json::to_string(key).unwrap();
+                format!("{{{key}:[7],{}", &body[1..])
+            }
+            _ => body,
+        }
+    }
+
+    /// Each pointer's answer from one pass equals its answer alone, in the caller's order.
+    fn same_in_one_pass(body: &str, pointers: &[&str]) {
+        let one_pass = pointer_values(body.as_bytes(), pointers).map_err(|_| ());
+        let each: Result<Vec<_>, ()> = pointers
+            .iter()
+            .map(|p| by_tree(body.as_bytes(), p))
+            .collect();
+        assert_eq!(one_pass, each, "body {body:?}, pointers {pointers:?}");
+    }
+
+    #[test]
+    fn reads_several_pointers_in_one_pass() {
+        let body = r#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1",
+            "lines":[{"n":7},{"n":-3}]}},"id":"evt_2"}"#;
+        same_in_one_pass(body, &["/id", "/type"]);
+        same_in_one_pass(body, &["/type", "/id", "/data/object/id", "/missing"]);
+        same_in_one_pass(
+            body,
+            &["/data/object/lines/1/n", "/data/object/lines/0/n", "/data"],
+        );
+        same_in_one_pass(body, &["", "/id", "id", "/data/object/lines/01"]);
+        same_in_one_pass(body, &["/id", "/id"]);
+        same_in_one_pass(body, &[]);
+        // More pointers than one pass's mask holds.
+        let many: Vec<String> = (0..70)
+            .map(|i| format!("/data/object/lines/{}/n", i % 3))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        same_in_one_pass(body, &many);
+        for bad in ["{", r#"{"id":"x",}"#, ""] {
+            assert!(
+                pointer_values(bad.as_bytes(), &["/id", "/type"]).is_err(),
+                "{bad:?}"
+            );
+            assert!(pointer_values(bad.as_bytes(), &[]).is_err(), "{bad:?}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn any_document_several_pointers(
+            doc in json_value(),
+            paths in prop::collection::vec(prop::collection::vec("[a-c0-2/~+]{0,2}", 0..4), 0..4),
+            duplicate in any::<bool>(),
+        ) {
+            let body = document_text(&doc, duplicate);
+            let pointers: Vec<String> = paths
+                .iter()
+                .map(|path| path.iter().map(|t| format!("/{t}")).collect())
+                .collect();
+            let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
+            same_in_one_pass(&body, &pointers);
+        }
+
         #[test]
         fn any_document_any_pointer(
             doc in json_value(),
             path in prop::collection::vec("[a-c0-2/~+]{0,2}", 0..4),
             duplicate in any::<bool>(),
         ) {
-            let mut body = serde_json::to_string(&doc).unwrap();
-            // Repeat the first key of an object document with another value.
-            if duplicate && body.starts_with("{\"") {
-                body = format!("{{\"{}\":[7],{}", doc.as_object().unwrap().keys().next().unwrap()
-                    .replace('\\', "\\\\").replace('"', "\\\""), &body[1..]);
-            }
+            let body = document_text(&doc, duplicate);
             let pointer: String = path.iter().map(|t| format!("/{t}")).collect();
             same(&body, &pointer);
         }

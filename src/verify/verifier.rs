@@ -1,9 +1,11 @@
 //! Turning an `Unverified` request into a `Verified` one for one source.
 
+use std::cell::OnceCell;
+
 use serde_json::Value;
 
 use super::definition::{ChallengeKind, Location, ProviderDefinition, TimestampSource};
-use super::json_pointer::pointer_value;
+use super::json_pointer::pointer_values;
 use super::request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
 use super::signature::{macs_equal, parse_signature_header, SecretKey};
 use super::template::{PayloadValues, Segment};
@@ -161,20 +163,25 @@ impl Unverified {
         }
 
         // Authentic from here on: parsing the body is now safe.
+        let challenge_pointers: &[&str] = match def.challenge {
+            Some(ChallengeKind::SlackUrlVerification) => &[SLACK_TYPE, SLACK_CHALLENGE],
+            None => &[],
+        };
+        let fields = BodyFields::new(
+            &self.body,
+            [&def.event_id, &def.event_type],
+            challenge_pointers,
+        );
         if def.challenge == Some(ChallengeKind::SlackUrlVerification) {
-            let field = |pointer| pointer_value(&self.body, pointer).ok().flatten();
-            if field("/type").as_ref().and_then(Value::as_str) == Some("url_verification") {
-                let challenge = field("/challenge");
-                let challenge = challenge
-                    .as_ref()
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+            let field = |pointer| fields.get(pointer).ok().flatten().and_then(Value::as_str);
+            if field(SLACK_TYPE) == Some("url_verification") {
+                let challenge = field(SLACK_CHALLENGE).unwrap_or_default();
                 return Ok(Verified::Challenge(challenge.to_owned()));
             }
         }
         let raw_id = match signed_id {
             Some(id) => id.to_owned(),
-            None => match lookup(&def.event_id, &self.headers, &self.body) {
+            None => match lookup(&def.event_id, &self.headers, &fields) {
                 Lookup::Found(id) => id,
                 Lookup::MalformedJson => return Err(VerifyError::MalformedBody),
                 Lookup::NotFound => {
@@ -184,7 +191,7 @@ impl Unverified {
         };
         let provider_event_id = ProviderEventId::parse(&raw_id)
             .map_err(|e| VerifyError::MissingEventId(e.to_string()))?;
-        let event_type = match lookup(&def.event_type, &self.headers, &self.body) {
+        let event_type = match lookup(&def.event_type, &self.headers, &fields) {
             Lookup::Found(t) => Some(t),
             _ => None,
         };
@@ -245,9 +252,56 @@ enum Lookup {
     MalformedJson,
 }
 
+/// Where Slack's `url_verification` handshake carries its type and challenge.
+const SLACK_TYPE: &str = "/type";
+const SLACK_CHALLENGE: &str = "/challenge";
+
+/// The body fields a definition reads (event id and type), all found in one pass over the
+/// body the first time one is asked for: a request whose values come from headers never
+/// parses its body here.
+struct BodyFields<'a> {
+    body: &'a [u8],
+    pointers: Vec<&'a str>,
+    values: OnceCell<Result<Vec<Option<Value>>, serde_json::Error>>,
+}
+
+impl<'a> BodyFields<'a> {
+    fn new<const N: usize>(
+        body: &'a [u8],
+        location_lists: [&'a [Location]; N],
+        more_pointers: &[&'a str],
+    ) -> Self {
+        let pointers = location_lists
+            .into_iter()
+            .flatten()
+            .filter_map(|loc| match loc {
+                Location::Json(pointer) => Some(pointer.as_str()),
+                Location::Header(_) => None,
+            })
+            .chain(more_pointers.iter().copied())
+            .collect();
+        Self {
+            body,
+            pointers,
+            values: OnceCell::new(),
+        }
+    }
+
+    /// `Err` when the body is not a JSON document.
+    fn get(&self, pointer: &str) -> Result<Option<&Value>, ()> {
+        let values = self
+            .values
+            .get_or_init(|| pointer_values(self.body, &self.pointers))
+            .as_ref()
+            .map_err(|_| ())?;
+        let at = self.pointers.iter().position(|p| *p == pointer);
+        Ok(at.and_then(|i| values[i].as_ref()))
+    }
+}
+
 /// The first value found among `locations`. The body is parsed only for a JSON location
 /// (a body that is not JSON is an error only if no location yields a value).
-fn lookup(locations: &[Location], headers: &RequestHeaders, body: &[u8]) -> Lookup {
+fn lookup(locations: &[Location], headers: &RequestHeaders, body: &BodyFields) -> Lookup {
     let mut malformed = false;
     for loc in locations {
         match loc {
@@ -256,9 +310,9 @@ fn lookup(locations: &[Location], headers: &RequestHeaders, body: &[u8]) -> Look
                     return Lookup::Found(v.to_owned());
                 }
             }
-            Location::Json(pointer) => match pointer_value(body, pointer) {
-                Err(_) => malformed = true,
-                Ok(Some(Value::String(s))) if !s.is_empty() => return Lookup::Found(s),
+            Location::Json(pointer) => match body.get(pointer) {
+                Err(()) => malformed = true,
+                Ok(Some(Value::String(s))) if !s.is_empty() => return Lookup::Found(s.clone()),
                 // Only integers that fit 64 bits have an exact text: a larger number
                 // would be rounded, and two distinct ids would collide.
                 Ok(Some(Value::Number(n))) if n.is_i64() || n.is_u64() => {
