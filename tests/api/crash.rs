@@ -224,18 +224,10 @@ async fn committed_but_unanswered_event_is_a_duplicate_on_retry(backend: Backend
     let committed = app
         .store
         .insert_event(&NewEvent {
-            id: EventId::generate(),
-            tenant: &tenant,
-            source: &source,
-            provider_event_id: &provider_event_id,
             event_type: Some("charge.succeeded"),
-            received_at: Utc::now(),
             content_type: Some("application/json"),
-            headers_json: "[]".into(),
-            body: payload.as_bytes(),
-            verified_scheme: "stripe",
-            verified_secret_index: 0,
             destinations: &destinations,
+            ..crate::support::new_event(&tenant, &source, &provider_event_id, payload.as_bytes())
         })
         .await
         .unwrap();

@@ -132,20 +132,7 @@ async fn sqlite_commits_leave_checkpoints_to_the_background() {
     );
     for i in 0..400 {
         let id = hookgate::domain::ProviderEventId::parse(&format!("evt_wal_{i}")).unwrap();
-        let event = hookgate::store::NewEvent {
-            id: hookgate::domain::EventId::generate(),
-            tenant: &tenant,
-            source: &source,
-            provider_event_id: &id,
-            event_type: None,
-            received_at: chrono::Utc::now(),
-            content_type: None,
-            headers_json: "[]".into(),
-            body: &body,
-            verified_scheme: "stripe",
-            verified_secret_index: 0,
-            destinations: &[],
-        };
+        let event = crate::support::new_event(&tenant, &source, &id, &body);
         store.insert_events(&[event]).await.unwrap();
     }
     let wal = std::fs::metadata(dir.path().join("wal.db-wal"))
@@ -180,20 +167,7 @@ async fn postgres_ingest_gets_past_dropped_connections_in_one_batch() {
         .iter()
         .map(|i| hookgate::domain::ProviderEventId::parse(i).unwrap())
         .collect();
-    let event = |i: usize| hookgate::store::NewEvent {
-        id: hookgate::domain::EventId::generate(),
-        tenant: &tenant,
-        source: &source,
-        provider_event_id: &ids[i],
-        event_type: None,
-        received_at: chrono::Utc::now(),
-        content_type: None,
-        headers_json: "[]".into(),
-        body: b"{}",
-        verified_scheme: "stripe",
-        verified_secret_index: 0,
-        destinations: &[],
-    };
+    let event = |i: usize| crate::support::new_event(&tenant, &source, &ids[i], b"{}");
     // Two batches at once: two connections held afterwards.
     let (first, second) = (event(0), event(1));
     let (a, b) = tokio::join!(store.insert_event(&first), store.insert_event(&second));

@@ -36,18 +36,16 @@ async fn two_pools_deliver_a_thousand_jobs_exactly_once(backend: Backend) {
         let id = ProviderEventId::parse(&format!("delivery-{i}")).unwrap();
         app.store
             .insert_event(&NewEvent {
-                id: EventId::generate(),
-                tenant: &tenant,
-                source: &source,
-                provider_event_id: &id,
                 event_type: Some("push"),
-                received_at: Utc::now(),
                 content_type: Some("application/json"),
-                headers_json: "[]".into(),
-                body: format!(r#"{{"n":{i}}}"#).as_bytes(),
                 verified_scheme: "github",
-                verified_secret_index: 0,
                 destinations: &audit,
+                ..crate::support::new_event(
+                    &tenant,
+                    &source,
+                    &id,
+                    format!(r#"{{"n":{i}}}"#).as_bytes(),
+                )
             })
             .await
             .unwrap();

@@ -363,18 +363,8 @@ async fn insert_orphan(app: &TestApp, id: &str, received_at: chrono::DateTime<Ut
     let outcome = app
         .store
         .insert_event(&hookgate::store::NewEvent {
-            id: EventId::generate(),
-            tenant: &tenant,
-            source: &source,
-            provider_event_id: &id,
-            event_type: None,
             received_at,
-            content_type: None,
-            headers_json: "[]".into(),
-            body: b"{}",
-            verified_scheme: "stripe",
-            verified_secret_index: 0,
-            destinations: &[],
+            ..crate::support::new_event(&tenant, &source, &id, b"{}")
         })
         .await
         .unwrap();

@@ -343,3 +343,27 @@ pub async fn error_code(response: reqwest::Response) -> (u16, String) {
     );
     (status, code)
 }
+
+/// An event as the store receives it, received now from a Stripe source with no jobs;
+/// a test changes what it cares about with `NewEvent { field, ..new_event(...) }`.
+pub fn new_event<'a>(
+    tenant: &'a hookgate::domain::Name,
+    source: &'a hookgate::domain::Name,
+    provider_event_id: &'a hookgate::domain::ProviderEventId,
+    body: &'a [u8],
+) -> hookgate::store::NewEvent<'a> {
+    hookgate::store::NewEvent {
+        id: hookgate::domain::EventId::generate(),
+        tenant,
+        source,
+        provider_event_id,
+        event_type: None,
+        received_at: chrono::Utc::now(),
+        content_type: None,
+        headers_json: "[]".into(),
+        body,
+        verified_scheme: "stripe",
+        verified_secret_index: 0,
+        destinations: &[],
+    }
+}
