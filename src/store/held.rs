@@ -10,7 +10,31 @@ use std::sync::Mutex;
 use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 
-use super::is_transient;
+use super::{is_transient, StoreError};
+
+/// An error after which a connection may no longer work.
+pub trait MayBreakConnection: From<sqlx::Error> {
+    fn may_break_connection(&self) -> bool;
+}
+
+impl MayBreakConnection for sqlx::Error {
+    fn may_break_connection(&self) -> bool {
+        match self {
+            // A terminated backend answers with an error of its own (57P01) before closing.
+            sqlx::Error::Database(e) => is_transient(e.code().as_deref()),
+            _ => true,
+        }
+    }
+}
+
+impl MayBreakConnection for StoreError {
+    fn may_break_connection(&self) -> bool {
+        match self {
+            StoreError::Unavailable(e) | StoreError::Database(e) => e.may_break_connection(),
+            StoreError::Migrate(_) | StoreError::Corrupt(_) => false,
+        }
+    }
+}
 
 pub struct HeldConnections<DB: Database> {
     pool: Pool<DB>,
@@ -40,21 +64,19 @@ impl<DB: Database> HeldConnections<DB> {
     /// others (a server restart or a network cut breaks them all): every held connection
     /// goes back to the pool, which tests each one and closes it if it is broken, so the
     /// next call after an outage does not meet a dead connection.
-    pub async fn run<R>(
+    pub async fn run<R, E: MayBreakConnection>(
         &self,
-        op: impl AsyncFnOnce(&mut DB::Connection) -> Result<R, sqlx::Error>,
-    ) -> Result<R, sqlx::Error> {
+        op: impl AsyncFnOnce(&mut DB::Connection) -> Result<R, E>,
+    ) -> Result<R, E> {
         let held = self.lock().as_mut().and_then(Vec::pop);
         let mut conn = match held {
             Some(c) => c,
-            None => self.pool.acquire().await?,
+            None => self.pool.acquire().await.map_err(E::from)?,
         };
         let result = op(&mut *conn).await;
         let sound = match &result {
             Ok(_) => true,
-            // A terminated backend answers with an error of its own (57P01) before closing.
-            Err(sqlx::Error::Database(e)) => !is_transient(e.code().as_deref()),
-            Err(_) => false,
+            Err(e) => !e.may_break_connection(),
         };
         // Dropping a pool connection only hands it to a task of the pool's: no waiting here.
         match self.lock().as_mut() {

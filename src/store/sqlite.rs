@@ -12,14 +12,16 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
+use sqlx::sqlite::SqliteConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Connection, Row, Sqlite, Transaction};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use super::held::HeldConnections;
 use super::{
     batch, headers_from_json, AttemptOutcome, ClaimedJob, ExpiredLease, InsertOutcome, JobOutcome,
     NewEvent, StoreError, StoredAttempt, StoredEvent, StoredJob,
@@ -35,6 +37,9 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// Wakes this process's workers when it queues jobs (SQLite has no LISTEN/NOTIFY).
     job_signal: Arc<Notify>,
+    /// Ingest's writer keeps its connection between batches: each trip through the pool
+    /// costs two pings, each a hand-off to the connection's thread and back.
+    ingest_connections: Arc<HeldConnections<Sqlite>>,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -78,6 +83,7 @@ impl SqliteStore {
             .acquire_timeout(config.acquire_timeout)
             .connect_lazy_with(options);
         Ok(Self {
+            ingest_connections: Arc::new(HeldConnections::new(pool.clone())),
             pool,
             job_signal: Arc::new(Notify::new()),
         })
@@ -127,12 +133,18 @@ impl SqliteStore {
         events: &[NewEvent<'_>],
     ) -> Result<Vec<InsertOutcome>, StoreError> {
         let (uniques, slot) = batch::dedupe(events);
-        // IMMEDIATE takes the write lock up front, so the transaction never has to upgrade a
-        // read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let rows: Vec<&NewEvent<'_>> = uniques.iter().map(|&i| &events[i]).collect();
-        let (outcomes, queued) = ingest::insert_batch(&mut tx, &rows).await?;
-        tx.commit().await?;
+        let (outcomes, queued) = self
+            .ingest_connections
+            .run(async |conn: &mut SqliteConnection| {
+                // IMMEDIATE takes the write lock up front, so the transaction never has to
+                // upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
+                let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+                let answer = ingest::insert_batch(&mut tx, &rows).await?;
+                tx.commit().await?;
+                Ok::<_, StoreError>(answer)
+            })
+            .await?;
         if queued {
             self.job_signal.notify_one();
         }
@@ -450,6 +462,7 @@ impl SqliteStore {
     }
 
     pub async fn close(&self) {
+        self.ingest_connections.release_all();
         self.pool.close().await;
     }
 }

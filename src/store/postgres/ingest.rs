@@ -74,7 +74,7 @@ impl PgStore {
             .run(async |conn: &mut PgConnection| {
                 let created = self.insert_rows(conn, &arrays).await?;
                 let found = lookup_conflicted(conn, &rows, &created).await?;
-                Ok((created, found))
+                Ok::<_, sqlx::Error>((created, found))
             })
             .await?;
         let created: HashSet<Uuid> = created.into_iter().collect();
