@@ -12,10 +12,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::sqlite::SqliteConnection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Connection, Row, Sqlite, Transaction};
 use tokio::sync::Notify;

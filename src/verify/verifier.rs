@@ -256,9 +256,9 @@ enum Lookup {
 const SLACK_TYPE: &str = "/type";
 const SLACK_CHALLENGE: &str = "/challenge";
 
-/// The body fields a definition reads (event id and type), all found in one pass over the
-/// body the first time one is asked for: a request whose values come from headers never
-/// parses its body here.
+/// The body fields a definition reads (event id, type, a challenge's fields), all found in
+/// one pass over the body the first time one is asked for: a request whose values all come
+/// from headers never parses its body here.
 struct BodyFields<'a> {
     body: &'a [u8],
     pointers: Vec<&'a str>,

@@ -4,12 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::Utc;
-
 use crate::both_backends;
 use crate::support::sink::Sink;
 use crate::support::{spawn_app_with_sink, Backend};
-use hookgate::domain::{EventId, Name, ProviderEventId};
+use hookgate::domain::{Name, ProviderEventId};
 use hookgate::queue::JobStatus;
 use hookgate::store::{NewEvent, Store};
 use hookgate::worker::Worker;
