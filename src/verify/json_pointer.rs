@@ -95,19 +95,30 @@ impl Walk<'_> {
 
     /// The paths whose next token is selected by `mask`, past that token.
     fn below(&self, mask: u64) -> Vec<&[String]> {
-        (0..self.paths.len())
-            .filter(|i| mask & (1 << i) != 0)
+        selected(mask, self.paths.len())
             .map(|i| &self.paths[i][1..])
             .collect()
     }
 
     /// Puts the answers for the paths in `mask` (in order) into `into`.
     fn assign(mask: u64, answers: Vec<Option<Value>>, into: &mut [Option<Value>]) {
-        let selected = (0..into.len()).filter(|i| mask & (1 << i) != 0);
-        for (i, answer) in selected.zip(answers) {
+        for (i, answer) in selected(mask, into.len()).zip(answers) {
             into[i] = answer;
         }
     }
+}
+
+/// The mask of the paths for which `matches` is true.
+fn mask_of(matches: impl Iterator<Item = bool>) -> u64 {
+    matches
+        .enumerate()
+        .filter(|(_, m)| *m)
+        .fold(0, |mask, (bit, _)| mask | (1 << bit))
+}
+
+/// The indexes of the paths in `mask`, in order.
+fn selected(mask: u64, len: usize) -> impl Iterator<Item = usize> {
+    (0..len).filter(move |i| mask & (1 << i) != 0)
 }
 
 impl<'de> DeserializeSeed<'de> for Walk<'_> {
@@ -155,11 +166,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
         let mut found = self.nothing();
         let mut i = 0;
         loop {
-            let mask = indexes
-                .iter()
-                .enumerate()
-                .filter(|(_, index)| **index == Some(i))
-                .fold(0u64, |mask, (bit, _)| mask | (1 << bit));
+            let mask = mask_of(indexes.iter().map(|index| *index == Some(i)));
             if mask == 0 {
                 if seq.next_element_seed(Skip)?.is_none() {
                     break;
@@ -217,12 +224,7 @@ impl<'de> Visitor<'de> for KeyMask<'_> {
     }
 
     fn visit_str<E: de::Error>(self, key: &str) -> Result<u64, E> {
-        Ok(self
-            .0
-            .iter()
-            .enumerate()
-            .filter(|(_, path)| path[0] == key)
-            .fold(0, |mask, (bit, _)| mask | (1 << bit)))
+        Ok(mask_of(self.0.iter().map(|path| path[0] == key)))
     }
 }
 
