@@ -206,3 +206,30 @@ async fn postgres_ingest_gets_past_dropped_connections_in_one_batch() {
         .unwrap()
         .is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_close_does_not_wait_for_ingest_held_connections() {
+    closing_the_store_does_not_wait_for_ingest_held_connections(Backend::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_close_does_not_wait_for_ingest_held_connections() {
+    closing_the_store_does_not_wait_for_ingest_held_connections(Backend::Postgres).await
+}
+
+/// Ingest keeps its connection after a batch; closing the store (at shutdown) must give it
+/// back first, or the pool's close would wait for it forever.
+async fn closing_the_store_does_not_wait_for_ingest_held_connections(backend: Backend) {
+    let app = crate::support::spawn_app(backend).await;
+    let store = hookgate::store::Store::connect(&app.config.database).unwrap();
+    let (tenant, source) = (
+        hookgate::domain::Name::parse("t", "acme").unwrap(),
+        hookgate::domain::Name::parse("s", "stripe").unwrap(),
+    );
+    let id = hookgate::domain::ProviderEventId::parse("evt_held_close").unwrap();
+    let event = crate::support::new_event(&tenant, &source, &id, b"{}");
+    store.insert_events(&[event]).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), store.close())
+        .await
+        .expect("close waited for a held connection");
+}
