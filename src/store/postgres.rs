@@ -37,6 +37,14 @@ pub struct PgStore {
     /// is delivered again (same `webhook-id`). At-least-once holds either way. Ingest and
     /// admin writes never use this pool: a 2xx needs a durable commit. A pool of its own, so
     /// each of these is one statement and one round trip.
+    ///
+    /// Its statements are planned afresh on every execution (`plan_cache_mode =
+    /// force_custom_plan`). Left to choose, PostgreSQL caches a generic plan after five
+    /// executions and keeps it until the table's statistics change; on a new database that
+    /// plan is made while `jobs` holds a few pages, so the outcome statement kept a
+    /// sequential scan of all of `jobs` per batch as the table grew (measured: 589 us per
+    /// outcome against 97 us planned afresh, bench/RESULTS.md). Planning costs tens of
+    /// microseconds per job; a plan that scans the queue costs its whole size.
     relaxed: PgPool,
     /// Set when an ingest batch met a stored copy: the next batches skip the fast path
     /// until one goes through with no copy (see `insert_events`).
@@ -51,7 +59,11 @@ const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_att
 const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
     content_type, headers::text AS headers, body, verified_scheme, verified_secret_index";
 
-/// Delivery outcomes, many at once (see `finish_jobs`).
+/// Delivery outcomes, many at once (see `finish_jobs`). A job is matched by id and claim
+/// token alone: a token is set only together with `status = 'in_progress'`, and every
+/// statement that ends the claim clears it. Naming the status as well would offer the
+/// planner a second way in, every `in_progress` entry of `jobs_lease_idx` (dead ones
+/// included), which it takes when the statistics say few jobs are in progress.
 const FINISH_JOBS_SQL: &str = "\
     WITH o AS ( \
         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], \
@@ -63,7 +75,7 @@ const FINISH_JOBS_SQL: &str = "\
         UPDATE jobs j SET status = o.status, \
             next_attempt_at = COALESCE(o.next_at, j.next_attempt_at), last_error = o.error, \
             locked_until = NULL, claim_token = NULL, updated_at = o.now \
-        FROM o WHERE j.id = o.job_id AND j.claim_token = o.token AND j.status = 'in_progress' \
+        FROM o WHERE j.id = o.job_id AND j.claim_token = o.token \
         RETURNING j.id \
     ), recorded AS ( \
         INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
@@ -85,7 +97,10 @@ impl PgStore {
         let relaxed = PgPoolOptions::new()
             .max_connections((config.max_connections / 2).max(2))
             .acquire_timeout(config.acquire_timeout)
-            .connect_lazy_with(options.options([("synchronous_commit", "off")]));
+            .connect_lazy_with(options.options([
+                ("synchronous_commit", "off"),
+                ("plan_cache_mode", "force_custom_plan"),
+            ]));
         Ok(Self {
             ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
             pool,
