@@ -17,6 +17,7 @@ both_backends!(
     retry_after_is_honoured_on_429,
     forwards_are_signed_standard_webhooks_style,
     a_running_worker_wakes_for_new_jobs_without_polling,
+    a_claim_takes_as_many_due_jobs_as_asked_oldest_first,
 );
 
 /// Far enough ahead that every scheduled retry is due.
@@ -228,4 +229,35 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
     assert_eq!(got.len(), 1, "delivered promptly after a wake-up");
     stop.send(true).unwrap();
     running.await.unwrap();
+}
+
+/// A claim takes exactly as many due jobs as asked, the oldest first, none twice, and a
+/// later claim takes what is left.
+async fn a_claim_takes_as_many_due_jobs_as_asked_oldest_first(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    let mut events = Vec::new();
+    for i in 0..7 {
+        events.push(app.ingest_stripe(&format!("evt_claim_{i}")).await);
+    }
+    let now = later(1);
+    let lease = now + chrono::Duration::seconds(30);
+    let claim = |limit| app.store.claim_jobs("billing", limit, now, lease);
+    let first = claim(5).await.unwrap();
+    let second = claim(5).await.unwrap();
+    assert_eq!(claim(5).await.unwrap().len(), 0, "all seven taken");
+    let ids = |jobs: &[hookgate::store::ClaimedJob]| {
+        let mut ids: Vec<_> = jobs.iter().map(|j| j.event_id).collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |events: &[hookgate::domain::EventId]| {
+        let mut events = events.to_vec();
+        events.sort();
+        events
+    };
+    assert_eq!(ids(&first), sorted(&events[..5]), "the five oldest");
+    assert_eq!(ids(&second), sorted(&events[5..]), "the two left");
+    let audit = app.store.claim_jobs("audit", 3, now, lease).await.unwrap();
+    assert_eq!(ids(&audit), sorted(&events[..3]), "the three oldest");
 }
