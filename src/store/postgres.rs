@@ -43,8 +43,9 @@ pub struct PgStore {
     /// executions and keeps it until the table's statistics change; on a new database that
     /// plan is made while `jobs` holds a few pages, so the outcome statement kept a
     /// sequential scan of all of `jobs` per batch as the table grew (measured: 589 us per
-    /// outcome against 97 us planned afresh, bench/RESULTS.md). Planning costs tens of
-    /// microseconds per job; a plan that scans the queue costs its whole size.
+    /// outcome against 154 us planned afresh, 57 of them planning; bench/RESULTS.md).
+    /// Planning costs tens of microseconds per job; a plan that scans the queue costs its
+    /// whole size.
     relaxed: PgPool,
     /// Set when an ingest batch met a stored copy: the next batches skip the fast path
     /// until one goes through with no copy (see `insert_events`).

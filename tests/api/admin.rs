@@ -56,10 +56,7 @@ async fn admin_requests_need_a_valid_token(backend: Backend) {
 async fn events_are_listed_newest_first_across_pages_and_filtered(backend: Backend) {
     let sink = Sink::start().await;
     let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
-    let mut acme = Vec::new();
-    for i in 0..7 {
-        acme.push(app.ingest_stripe(&format!("evt_page_{i}")).await);
-    }
+    let acme = app.ingest_stripes("evt_page", 7).await;
     let gh = ingest_github(&app, "gh-1", b"{}").await;
 
     let mut seen = Vec::new();
@@ -386,10 +383,7 @@ async fn dead_letters_are_listed_retried_to_success_and_discarded(backend: Backe
     let sink = Sink::start().await;
     sink.always("/billing", Answer::status(410));
     let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
-    let mut events = Vec::new();
-    for i in 0..3 {
-        events.push(app.ingest_stripe(&format!("evt_dead_{i}")).await);
-    }
+    let events = app.ingest_stripes("evt_dead", 3).await;
     app.worker().run_once().await.unwrap();
 
     // Three dead letters, two per page.

@@ -236,10 +236,7 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
 async fn a_claim_takes_as_many_due_jobs_as_asked_oldest_first(backend: Backend) {
     let sink = Sink::start().await;
     let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
-    let mut events = Vec::new();
-    for i in 0..7 {
-        events.push(app.ingest_stripe(&format!("evt_claim_{i}")).await);
-    }
+    let events = app.ingest_stripes("evt_claim", 7).await;
     let now = later(1);
     let lease = now + chrono::Duration::seconds(30);
     let claim = |limit| app.store.claim_jobs("billing", limit, now, lease);

@@ -24,10 +24,7 @@ async fn expired_events_are_deleted_but_never_with_unfinished_jobs(backend: Back
         s.retention.batch = 2;
     })
     .await;
-    let mut done = Vec::new();
-    for i in 0..5 {
-        done.push(app.ingest_stripe(&format!("evt_old_{i}")).await);
-    }
+    let done = app.ingest_stripes("evt_old", 5).await;
     app.worker().run_once().await.unwrap();
     // A failing destination keeps this one's billing job pending.
     sink.always("/billing", Answer::status(500));

@@ -306,6 +306,20 @@ impl TestApp {
         hookgate::domain::EventId::parse(json["id"].as_str().unwrap()).unwrap()
     }
 
+    /// Posts `count` Stripe events, `{prefix}_0`, `{prefix}_1`, ... one after another, and
+    /// returns their hookgate ids in that order.
+    pub async fn ingest_stripes(
+        &self,
+        prefix: &str,
+        count: usize,
+    ) -> Vec<hookgate::domain::EventId> {
+        let mut ids = Vec::with_capacity(count);
+        for i in 0..count {
+            ids.push(self.ingest_stripe(&format!("{prefix}_{i}")).await);
+        }
+        ids
+    }
+
     /// The job of `event` for `destination`.
     pub async fn job(
         &self,
