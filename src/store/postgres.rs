@@ -47,6 +47,11 @@ pub struct PgStore {
     /// Planning costs tens of microseconds per job; a plan that scans the queue costs its
     /// whole size.
     relaxed: PgPool,
+    /// The worker's connections from `relaxed`, kept between statements: the claim loop and
+    /// the outcome writer each run one statement at a time, back to back, and the pool's
+    /// tests of a connection on its way in and out were two more round trips per statement
+    /// on that serial path (see `HeldConnections`).
+    relaxed_connections: std::sync::Arc<HeldConnections<sqlx::Postgres>>,
     /// Set when an ingest batch met a stored copy: the next batches skip the fast path
     /// until one goes through with no copy (see `insert_events`).
     ingest_saw_copies: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -88,6 +93,22 @@ const FINISH_JOBS_SQL: &str = "\
     ) \
     SELECT id FROM applied";
 
+/// Claims up to `$3` due jobs of one destination (see `claim_jobs`).
+const CLAIM_JOBS_SQL: &str = "\
+    WITH due AS ( \
+        SELECT id FROM jobs \
+        WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2 \
+        ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED \
+     ), claimed AS ( \
+        UPDATE jobs j SET status = 'in_progress', attempts = j.attempts + 1, \
+            locked_until = $4, claim_token = $5, updated_at = $2 \
+        FROM due WHERE j.id = due.id \
+        RETURNING j.id, j.claim_token, j.attempts, j.destination, j.event_id \
+     ) \
+     SELECT c.id, c.claim_token, c.attempts, c.destination, c.event_id, e.source, \
+        e.event_type, e.provider_event_id, e.content_type, e.body \
+     FROM claimed c JOIN events e ON e.id = c.event_id";
+
 impl PgStore {
     pub fn connect(config: &DatabaseConfig) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(&config.url).map_err(StoreError::Database)?;
@@ -104,6 +125,7 @@ impl PgStore {
             ]));
         Ok(Self {
             ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
+            relaxed_connections: std::sync::Arc::new(HeldConnections::new(relaxed.clone())),
             pool,
             relaxed,
             ingest_saw_copies: Default::default(),
@@ -206,28 +228,20 @@ impl PgStore {
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         // SKIP LOCKED lets concurrent workers claim disjoint batches without waiting; the
         // statement is its own transaction, so nothing stays locked during delivery.
-        let rows = sqlx::query(
-            "WITH due AS ( \
-                SELECT id FROM jobs \
-                WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2 \
-                ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED \
-             ), claimed AS ( \
-                UPDATE jobs j SET status = 'in_progress', attempts = j.attempts + 1, \
-                    locked_until = $4, claim_token = $5, updated_at = $2 \
-                FROM due WHERE j.id = due.id \
-                RETURNING j.id, j.claim_token, j.attempts, j.destination, j.event_id \
-             ) \
-             SELECT c.id, c.claim_token, c.attempts, c.destination, c.event_id, e.source, \
-                e.event_type, e.provider_event_id, e.content_type, e.body \
-             FROM claimed c JOIN events e ON e.id = c.event_id",
-        )
-        .bind(destination)
-        .bind(now)
-        .bind(limit)
-        .bind(lease_until)
-        .bind(crate::domain::time_ordered_uuid())
-        .fetch_all(&self.relaxed)
-        .await?;
+        let token = crate::domain::time_ordered_uuid();
+        let rows = self
+            .relaxed_connections
+            .run(async |conn: &mut PgConnection| {
+                sqlx::query(CLAIM_JOBS_SQL)
+                    .bind(destination)
+                    .bind(now)
+                    .bind(limit)
+                    .bind(lease_until)
+                    .bind(token)
+                    .fetch_all(conn)
+                    .await
+            })
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(ClaimedJob {
@@ -250,7 +264,7 @@ impl PgStore {
     /// still holds the job, and every attempt is recorded (as `lease_lost` where it did not).
     pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
         let statuses: Vec<_> = outcomes.iter().map(JobOutcome::status).collect();
-        let applied: Vec<Uuid> = sqlx::query_scalar(FINISH_JOBS_SQL)
+        let query = sqlx::query_scalar(FINISH_JOBS_SQL)
             .bind(outcomes.iter().map(|o| o.job.as_uuid()).collect::<Vec<_>>())
             .bind(outcomes.iter().map(|o| o.claim_token).collect::<Vec<_>>())
             .bind(statuses.iter().map(|s| s.0).collect::<Vec<_>>())
@@ -304,8 +318,10 @@ impl PgStore {
                     .map(|o| o.record.outcome.as_str())
                     .collect::<Vec<_>>(),
             )
-            .bind(AttemptOutcome::LeaseLost.as_str())
-            .fetch_all(&self.relaxed)
+            .bind(AttemptOutcome::LeaseLost.as_str());
+        let applied: Vec<Uuid> = self
+            .relaxed_connections
+            .run(async |conn: &mut PgConnection| query.fetch_all(conn).await)
             .await?;
         let applied: HashSet<Uuid> = applied.into_iter().collect();
         Ok(outcomes
@@ -320,15 +336,20 @@ impl PgStore {
         claim_token: Uuid,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE jobs SET locked_until = $1 \
-             WHERE id = $2 AND claim_token = $3 AND status = 'in_progress'",
-        )
-        .bind(until)
-        .bind(job.as_uuid())
-        .bind(claim_token)
-        .execute(&self.relaxed)
-        .await?;
+        let done = self
+            .relaxed_connections
+            .run(async |conn: &mut PgConnection| {
+                sqlx::query(
+                    "UPDATE jobs SET locked_until = $1 \
+                     WHERE id = $2 AND claim_token = $3 AND status = 'in_progress'",
+                )
+                .bind(until)
+                .bind(job.as_uuid())
+                .bind(claim_token)
+                .execute(conn)
+                .await
+            })
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -447,6 +468,7 @@ impl PgStore {
 
     pub async fn close(&self) {
         self.ingest_connections.release_all();
+        self.relaxed_connections.release_all();
         self.pool.close().await;
         self.relaxed.close().await;
     }

@@ -207,19 +207,61 @@ async fn postgres_ingest_gets_past_dropped_connections_in_one_batch() {
         .is_some());
 }
 
+/// The worker's claims and outcomes keep their connection between statements too (a pool
+/// of their own, `synchronous_commit = off`). After the server drops every session, one
+/// claim fails as unavailable and the next one claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_close_does_not_wait_for_ingest_held_connections() {
-    closing_the_store_does_not_wait_for_ingest_held_connections(Backend::Sqlite).await
+async fn postgres_claims_get_past_dropped_connections_in_one_statement() {
+    let app = crate::support::spawn_app(Backend::Postgres).await;
+    app.ingest_stripes("evt_held_claim", 2).await;
+    let now = chrono::Utc::now();
+    let lease = now + chrono::Duration::seconds(30);
+    let first = app
+        .store
+        .claim_jobs("billing", 1, now, lease)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1, "a connection is held after this claim");
+
+    let mut admin = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 1, "{dropped} sessions dropped");
+
+    let failed = app.store.claim_jobs("billing", 1, now, lease).await;
+    assert!(
+        matches!(failed, Err(hookgate::store::StoreError::Unavailable(_))),
+        "{failed:?}"
+    );
+    let second = app
+        .store
+        .claim_jobs("billing", 1, now, lease)
+        .await
+        .expect("the next claim meets no dead connection");
+    assert_eq!(second.len(), 1);
+    assert_ne!(second[0].job_id, first[0].job_id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_close_does_not_wait_for_ingest_held_connections() {
-    closing_the_store_does_not_wait_for_ingest_held_connections(Backend::Postgres).await
+async fn sqlite_close_does_not_wait_for_held_connections() {
+    closing_the_store_does_not_wait_for_held_connections(Backend::Sqlite).await
 }
 
-/// Ingest keeps its connection after a batch; closing the store (at shutdown) must give it
-/// back first, or the pool's close would wait for it forever.
-async fn closing_the_store_does_not_wait_for_ingest_held_connections(backend: Backend) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_close_does_not_wait_for_held_connections() {
+    closing_the_store_does_not_wait_for_held_connections(Backend::Postgres).await
+}
+
+/// Ingest keeps its connection after a batch, and the worker's claims theirs; closing the
+/// store (at shutdown) must give them back first, or the pool's close would wait forever.
+async fn closing_the_store_does_not_wait_for_held_connections(backend: Backend) {
     let app = crate::support::spawn_app(backend).await;
     let store = hookgate::store::Store::connect(&app.config.database).unwrap();
     let (tenant, source) = (
@@ -227,8 +269,19 @@ async fn closing_the_store_does_not_wait_for_ingest_held_connections(backend: Ba
         hookgate::domain::Name::parse("s", "stripe").unwrap(),
     );
     let id = hookgate::domain::ProviderEventId::parse("evt_held_close").unwrap();
-    let event = crate::support::new_event(&tenant, &source, &id, b"{}");
+    let destinations = [hookgate::domain::Name::parse("d", "billing").unwrap()];
+    let event = hookgate::store::NewEvent {
+        destinations: &destinations,
+        ..crate::support::new_event(&tenant, &source, &id, b"{}")
+    };
     store.insert_events(&[event]).await.unwrap();
+    // The worker's statements keep a connection of their own too.
+    let now = chrono::Utc::now();
+    let claimed = store
+        .claim_jobs("billing", 1, now, now + chrono::Duration::seconds(30))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
     tokio::time::timeout(std::time::Duration::from_secs(10), store.close())
         .await
         .expect("close waited for a held connection");
