@@ -113,6 +113,11 @@ fn check_rejects_bad_configs_naming_the_key() {
     assert!(check(&sync("normal"), &[]).status.success());
     assert!(check(&sync("full"), &[]).status.success());
     assert_rejected_naming(&sync("off"), &[], "database.sqlite_synchronous");
+    let window = |w: &str| format!("[worker]\nbatch_window = \"{w}\"\n{VALID}");
+    assert!(check(&window("0s"), &[]).status.success(), "off");
+    assert!(check(&window("20ms"), &[]).status.success());
+    assert_rejected_naming(&window("2s"), &[], "worker.batch_window");
+    assert_rejected_naming(&window("soon"), &[], "worker.batch_window");
     let token = |digest: &str| {
         format!("{VALID}\n[[admin.tokens]]\ntenant = \"acme\"\ntoken_sha256 = \"{digest}\"\n")
     };

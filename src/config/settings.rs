@@ -145,6 +145,9 @@ pub struct WorkerSettings {
     /// How often an idle worker looks for due jobs (PostgreSQL also wakes it on NOTIFY).
     #[serde(default = "default_poll_interval")]
     pub poll_interval: String,
+    /// How long the worker lets work gather before its next claim or outcome statement.
+    #[serde(default = "default_batch_window")]
+    pub batch_window: String,
     /// On SIGINT/SIGTERM, how long in-flight deliveries may take to finish.
     #[serde(default = "default_shutdown_grace")]
     pub shutdown_grace: String,
@@ -162,6 +165,7 @@ impl Default for WorkerSettings {
             concurrency: default_concurrency(),
             lease: default_lease(),
             poll_interval: default_poll_interval(),
+            batch_window: default_batch_window(),
             shutdown_grace: default_shutdown_grace(),
             reconcile_interval: default_reconcile_interval(),
             reconcile_lookback: default_reconcile_lookback(),
@@ -177,6 +181,9 @@ fn default_lease() -> String {
 }
 fn default_poll_interval() -> String {
     "1s".into()
+}
+fn default_batch_window() -> String {
+    "5ms".into()
 }
 fn default_shutdown_grace() -> String {
     "10s".into()

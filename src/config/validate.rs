@@ -48,6 +48,9 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     pub lease: Duration,
     pub poll_interval: Duration,
+    /// After a claim that found fewer due jobs than it had room for, the next claim waits
+    /// this long; the outcome writer waits up to this long to fill a batch.
+    pub batch_window: Duration,
     pub shutdown_grace: Duration,
     pub reconcile_interval: Duration,
     pub reconcile_lookback: Duration,
@@ -219,12 +222,17 @@ impl GatewayConfig {
             concurrency: w.concurrency,
             lease: duration("worker.lease", &w.lease)?,
             poll_interval: duration("worker.poll_interval", &w.poll_interval)?,
+            batch_window: duration("worker.batch_window", &w.batch_window)?,
             shutdown_grace: duration("worker.shutdown_grace", &w.shutdown_grace)?,
             reconcile_interval: duration("worker.reconcile_interval", &w.reconcile_interval)?,
             reconcile_lookback: duration("worker.reconcile_lookback", &w.reconcile_lookback)?,
         };
         if worker.lease < Duration::from_secs(1) {
             return Err(invalid("worker.lease", "must be at least 1s"));
+        }
+        if worker.batch_window > Duration::from_secs(1) {
+            // Every delivery may wait this long before its claim: seconds would be a mistake.
+            return Err(invalid("worker.batch_window", "must be at most 1s"));
         }
 
         let a = &settings.admin;

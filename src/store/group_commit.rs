@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Mutex, RwLock};
 
@@ -45,6 +46,22 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         W: Fn(Vec<T>) -> F + Send + Sync + 'static,
         F: Future<Output = Result<Vec<R>, StoreError>> + Send + 'static,
     {
+        Self::start_lingering(writers, max_batch, Duration::ZERO, write)
+    }
+
+    /// As `start`, but each batch waits up to `linger` after its first item for more, until
+    /// it is full. For writes whose callers can wait: fewer, larger statements cost the
+    /// database less per item.
+    pub fn start_lingering<W, F>(
+        writers: usize,
+        max_batch: usize,
+        linger: Duration,
+        write: W,
+    ) -> Self
+    where
+        W: Fn(Vec<T>) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<Vec<R>, StoreError>> + Send + 'static,
+    {
         let max_batch = max_batch.max(1);
         let writers = writers.max(1);
         // Bounded so a stalled store pushes back on callers instead of piling up memory.
@@ -57,7 +74,12 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         });
         let write = Arc::new(write);
         for _ in 0..writers {
-            tokio::spawn(write_batches(shared.clone(), max_batch, write.clone()));
+            tokio::spawn(write_batches(
+                shared.clone(),
+                max_batch,
+                linger,
+                write.clone(),
+            ));
         }
         Self { sender, shared }
     }
@@ -90,8 +112,12 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     }
 }
 
-async fn write_batches<T, R, W, F>(shared: Arc<Shared<T, R>>, max_batch: usize, write: Arc<W>)
-where
+async fn write_batches<T, R, W, F>(
+    shared: Arc<Shared<T, R>>,
+    max_batch: usize,
+    linger: Duration,
+    write: Arc<W>,
+) where
     W: Fn(Vec<T>) -> F,
     F: Future<Output = Result<Vec<R>, StoreError>>,
 {
@@ -115,6 +141,18 @@ where
                         replies.push(reply);
                     }
                     Err(_) => break,
+                }
+            }
+            if !linger.is_zero() {
+                let deadline = tokio::time::Instant::now() + linger;
+                while items.len() < max_batch {
+                    match tokio::time::timeout_at(deadline, receiver.recv()).await {
+                        Ok(Some((item, reply))) => {
+                            items.push(item);
+                            replies.push(reply);
+                        }
+                        _ => break,
+                    }
                 }
             }
             guard
@@ -146,5 +184,70 @@ where
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that answers each item with the size of the batch it came in.
+    fn batch_sizes(linger: Duration) -> GroupCommit<u32, usize> {
+        GroupCommit::start_lingering(1, 8, linger, |batch: Vec<u32>| async move {
+            Ok(vec![batch.len(); batch.len()])
+        })
+    }
+
+    // The clock is paused: time moves only when every task waits, so the gaps are exact.
+    #[tokio::test(start_paused = true)]
+    async fn a_lingering_batch_takes_items_that_arrive_within_its_window() {
+        let commit = batch_sizes(Duration::from_millis(50));
+        let first = tokio::spawn({
+            let c = commit.clone();
+            async move { c.submit(1).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = commit.submit(2).await.unwrap();
+        assert_eq!((first.await.unwrap(), second), (2, 2));
+        assert_eq!(commit.batches(), 1);
+
+        // After the window, an item waits for the next batch.
+        let third = tokio::spawn({
+            let c = commit.clone();
+            async move { c.submit(3).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(commit.submit(4).await.unwrap(), 1);
+        assert_eq!(third.await.unwrap(), 1);
+        assert_eq!(commit.batches(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_window_no_item_waits_for_another() {
+        let commit = batch_sizes(Duration::ZERO);
+        let first = tokio::spawn({
+            let c = commit.clone();
+            async move { c.submit(1).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(commit.submit(2).await.unwrap(), 1);
+        assert_eq!(first.await.unwrap(), 1);
+        assert_eq!(commit.batches(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_does_not_wait_out_its_window() {
+        let commit = batch_sizes(Duration::from_secs(3600));
+        let submits: Vec<_> = (0..8)
+            .map(|i| {
+                let c = commit.clone();
+                tokio::spawn(async move { c.submit(i).await.unwrap() })
+            })
+            .collect();
+        let started = tokio::time::Instant::now();
+        for s in submits {
+            assert_eq!(s.await.unwrap(), 8);
+        }
+        assert!(started.elapsed() < Duration::from_secs(3600));
     }
 }

@@ -107,7 +107,7 @@ impl Worker {
     /// As `run_once`, taking `now` as the time jobs are due by (tests move the clock).
     pub async fn run_once_at(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         let mut tasks = JoinSet::new();
-        let claimed = self.claim_and_spawn(now, &mut tasks).await?;
+        let (claimed, _) = self.claim_and_spawn(now, &mut tasks).await?;
         while tasks.join_next().await.is_some() {}
         Ok(claimed)
     }
@@ -129,18 +129,26 @@ impl Worker {
         let mut tasks = JoinSet::new();
         while !*shutdown.borrow() {
             while tasks.try_join_next().is_some() {}
-            let claimed = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
+            let (claimed, asked) = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming jobs failed");
-                    0
+                    (0, 0)
                 }
             };
-            if claimed == 0 {
-                tokio::select! {
-                    _ = waker.wait(self.config.worker.poll_interval) => {}
-                    _ = self.finished.notified() => {}
-                    _ = shutdown.changed() => {}
+            match next_claim(claimed, asked, self.config.worker.batch_window) {
+                NextClaim::Now => {}
+                NextClaim::After(window) => {
+                    if wait_or_shutdown(&mut shutdown, window).await {
+                        break;
+                    }
+                }
+                NextClaim::OnWake => {
+                    tokio::select! {
+                        _ = waker.wait(self.config.worker.poll_interval) => {}
+                        _ = self.finished.notified() => {}
+                        _ = shutdown.changed() => {}
+                    }
                 }
             }
         }
@@ -188,10 +196,11 @@ impl Worker {
         &self,
         now: DateTime<Utc>,
         tasks: &mut JoinSet<()>,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<(usize, usize), StoreError> {
         let lease = chrono::Duration::from_std(self.config.worker.lease)
             .unwrap_or(chrono::Duration::seconds(30));
         let mut claimed = 0;
+        let mut asked = 0;
         for (name, slots) in &self.per_destination {
             let room = slots
                 .available_permits()
@@ -199,6 +208,7 @@ impl Worker {
             if room == 0 {
                 continue;
             }
+            asked += room;
             let jobs = self
                 .store
                 .claim_jobs(name, room as i64, now, now + lease)
@@ -224,7 +234,7 @@ impl Worker {
                 tasks.spawn(self.delivery_task(job, slots));
             }
         }
-        Ok(claimed)
+        Ok((claimed, asked))
     }
 
     fn delivery_task(
@@ -236,9 +246,10 @@ impl Worker {
             .deliveries
             .get_or_init(|| {
                 let store = self.store.clone();
-                let outcomes = GroupCommit::start(
+                let outcomes = GroupCommit::start_lingering(
                     OUTCOME_WRITERS,
                     OUTCOME_BATCH_MAX,
+                    self.config.worker.batch_window,
                     move |batch: Vec<JobOutcome>| {
                         let store = store.clone();
                         async move { store.finish_jobs(&batch).await }
@@ -265,6 +276,30 @@ impl Worker {
     }
 }
 
+/// When the claim loop claims next.
+#[derive(Debug, PartialEq, Eq)]
+enum NextClaim {
+    /// Every slot asked for was filled: there may be more due jobs, claim as slots free.
+    Now,
+    /// Some due jobs, fewer than the room: the queue is keeping up, so let the next jobs
+    /// gather for the batch window instead of claiming them one or two at a time. Each
+    /// claim is a statement whose fixed cost (planning, a round trip, a commit) dwarfs its
+    /// per-row cost at that size (bench/RESULTS.md, session 8).
+    After(Duration),
+    /// Nothing due, or no room: wait for a new job, a freed slot or the poll interval.
+    OnWake,
+}
+
+fn next_claim(claimed: usize, asked: usize, batch_window: Duration) -> NextClaim {
+    if claimed == 0 {
+        NextClaim::OnWake
+    } else if claimed < asked && !batch_window.is_zero() {
+        NextClaim::After(batch_window)
+    } else {
+        NextClaim::Now
+    }
+}
+
 /// Sleeps for `d`; true when shutdown was asked meanwhile.
 async fn wait_or_shutdown(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
     tokio::select! {
@@ -280,4 +315,23 @@ fn hostname() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claim_loop_waits_for_a_batch_only_when_the_queue_is_keeping_up() {
+        let window = Duration::from_millis(5);
+        assert_eq!(next_claim(32, 32, window), NextClaim::Now, "backlog");
+        assert_eq!(next_claim(3, 32, window), NextClaim::After(window));
+        assert_eq!(next_claim(0, 32, window), NextClaim::OnWake, "nothing due");
+        assert_eq!(next_claim(0, 0, window), NextClaim::OnWake, "no room");
+        assert_eq!(
+            next_claim(3, 32, Duration::ZERO),
+            NextClaim::Now,
+            "window off"
+        );
+    }
 }
