@@ -191,6 +191,12 @@ async fn write_batches<T, R, W, F>(
 mod tests {
     use super::*;
 
+    /// Submits from a task of its own, so the test can go on while the item waits.
+    fn spawn_submit(commit: &GroupCommit<u32, usize>, item: u32) -> tokio::task::JoinHandle<usize> {
+        let commit = commit.clone();
+        tokio::spawn(async move { commit.submit(item).await.unwrap() })
+    }
+
     /// A writer that answers each item with the size of the batch it came in.
     fn batch_sizes(linger: Duration) -> GroupCommit<u32, usize> {
         GroupCommit::start_lingering(1, 8, linger, |batch: Vec<u32>| async move {
@@ -202,20 +208,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lingering_batch_takes_items_that_arrive_within_its_window() {
         let commit = batch_sizes(Duration::from_millis(50));
-        let first = tokio::spawn({
-            let c = commit.clone();
-            async move { c.submit(1).await.unwrap() }
-        });
+        let first = spawn_submit(&commit, 1);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let second = commit.submit(2).await.unwrap();
         assert_eq!((first.await.unwrap(), second), (2, 2));
         assert_eq!(commit.batches(), 1);
 
         // After the window, an item waits for the next batch.
-        let third = tokio::spawn({
-            let c = commit.clone();
-            async move { c.submit(3).await.unwrap() }
-        });
+        let third = spawn_submit(&commit, 3);
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(commit.submit(4).await.unwrap(), 1);
         assert_eq!(third.await.unwrap(), 1);
@@ -225,10 +225,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_a_window_no_item_waits_for_another() {
         let commit = batch_sizes(Duration::ZERO);
-        let first = tokio::spawn({
-            let c = commit.clone();
-            async move { c.submit(1).await.unwrap() }
-        });
+        let first = spawn_submit(&commit, 1);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(commit.submit(2).await.unwrap(), 1);
         assert_eq!(first.await.unwrap(), 1);
@@ -238,12 +235,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_batch_does_not_wait_out_its_window() {
         let commit = batch_sizes(Duration::from_secs(3600));
-        let submits: Vec<_> = (0..8)
-            .map(|i| {
-                let c = commit.clone();
-                tokio::spawn(async move { c.submit(i).await.unwrap() })
-            })
-            .collect();
+        let submits: Vec<_> = (0..8).map(|i| spawn_submit(&commit, i)).collect();
         let started = tokio::time::Instant::now();
         for s in submits {
             assert_eq!(s.await.unwrap(), 8);

@@ -150,6 +150,19 @@ async fn sqlite_commits_leave_checkpoints_to_the_background() {
     );
 }
 
+/// Has the server end every other session on the test's database (as a restart or a
+/// failover would); returns how many it ended.
+async fn drop_every_session(database_url: &str) -> i64 {
+    let mut admin = sqlx::PgConnection::connect(database_url).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap()
+}
+
 /// Ingest keeps its connections between batches instead of returning them to the pool.
 /// When the server drops every session (a restart, a failover), the batch that meets a dead
 /// connection fails as unavailable (the gateway answers 503) and stores nothing, and the next
@@ -174,16 +187,7 @@ async fn postgres_ingest_gets_past_dropped_connections_in_one_batch() {
     a.unwrap();
     b.unwrap();
 
-    let mut admin = sqlx::PgConnection::connect(&app.database_url)
-        .await
-        .unwrap();
-    let dropped: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
-    )
-    .fetch_one(&mut admin)
-    .await
-    .unwrap();
+    let dropped = drop_every_session(&app.database_url).await;
     assert!(dropped >= 2, "{dropped} sessions dropped");
 
     let failed = store.insert_event(&event(2)).await;
@@ -223,16 +227,7 @@ async fn postgres_claims_get_past_dropped_connections_in_one_statement() {
         .unwrap();
     assert_eq!(first.len(), 1, "a connection is held after this claim");
 
-    let mut admin = sqlx::PgConnection::connect(&app.database_url)
-        .await
-        .unwrap();
-    let dropped: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
-    )
-    .fetch_one(&mut admin)
-    .await
-    .unwrap();
+    let dropped = drop_every_session(&app.database_url).await;
     assert!(dropped >= 1, "{dropped} sessions dropped");
 
     let failed = app.store.claim_jobs("billing", 1, now, lease).await;
