@@ -48,8 +48,8 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     pub lease: Duration,
     pub poll_interval: Duration,
-    /// After a claim that found fewer due jobs than it had room for, the next claim waits
-    /// this long; the outcome writer waits up to this long to fill a batch.
+    /// After a claim in which every destination had fewer due jobs than free slots, the next
+    /// claim waits this long; the outcome writer waits up to this long to fill a batch.
     pub batch_window: Duration,
     pub shutdown_grace: Duration,
     pub reconcile_interval: Duration,

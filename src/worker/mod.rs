@@ -129,14 +129,14 @@ impl Worker {
         let mut tasks = JoinSet::new();
         while !*shutdown.borrow() {
             while tasks.try_join_next().is_some() {}
-            let (claimed, asked) = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
+            let (claimed, backlog) = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming jobs failed");
-                    (0, 0)
+                    (0, false)
                 }
             };
-            match next_claim(claimed, asked, self.config.worker.batch_window) {
+            match next_claim(claimed, backlog, self.config.worker.batch_window) {
                 NextClaim::Now => {}
                 NextClaim::After(window) => {
                     if wait_or_shutdown(&mut shutdown, window).await {
@@ -196,11 +196,12 @@ impl Worker {
         &self,
         now: DateTime<Utc>,
         tasks: &mut JoinSet<()>,
-    ) -> Result<(usize, usize), StoreError> {
+    ) -> Result<(usize, bool), StoreError> {
         let lease = chrono::Duration::from_std(self.config.worker.lease)
             .unwrap_or(chrono::Duration::seconds(30));
         let mut claimed = 0;
-        let mut asked = 0;
+        // A destination whose claim filled every slot it asked for may have more due jobs.
+        let mut backlog = false;
         for (name, slots) in &self.per_destination {
             let room = slots
                 .available_permits()
@@ -208,11 +209,11 @@ impl Worker {
             if room == 0 {
                 continue;
             }
-            asked += room;
             let jobs = self
                 .store
                 .claim_jobs(name, room as i64, now, now + lease)
                 .await?;
+            backlog |= jobs.len() == room;
             for job in jobs {
                 claimed += 1;
                 // This loop is the only acquirer, and it asked for no more than `room`.
@@ -234,7 +235,7 @@ impl Worker {
                 tasks.spawn(self.delivery_task(job, slots));
             }
         }
-        Ok((claimed, asked))
+        Ok((claimed, backlog))
     }
 
     fn delivery_task(
@@ -279,9 +280,11 @@ impl Worker {
 /// When the claim loop claims next.
 #[derive(Debug, PartialEq, Eq)]
 enum NextClaim {
-    /// Every slot asked for was filled: there may be more due jobs, claim as slots free.
+    /// A destination's claim filled every slot it asked for: it may have more due jobs,
+    /// claim as slots free.
     Now,
-    /// Some due jobs, fewer than the room: the queue is keeping up, so let the next jobs
+    /// Some due jobs, and every destination got fewer than its room: the queue is keeping
+    /// up, so let the next jobs
     /// gather for the batch window instead of claiming them one or two at a time. Each
     /// claim is a statement whose fixed cost (planning, a round trip, a commit) dwarfs its
     /// per-row cost at that size (bench/RESULTS.md, session 8).
@@ -290,10 +293,10 @@ enum NextClaim {
     OnWake,
 }
 
-fn next_claim(claimed: usize, asked: usize, batch_window: Duration) -> NextClaim {
+fn next_claim(claimed: usize, backlog: bool, batch_window: Duration) -> NextClaim {
     if claimed == 0 {
         NextClaim::OnWake
-    } else if claimed < asked && !batch_window.is_zero() {
+    } else if !backlog && !batch_window.is_zero() {
         NextClaim::After(batch_window)
     } else {
         NextClaim::Now
@@ -324,14 +327,13 @@ mod tests {
     #[test]
     fn the_claim_loop_waits_for_a_batch_only_when_the_queue_is_keeping_up() {
         let window = Duration::from_millis(5);
-        assert_eq!(next_claim(32, 32, window), NextClaim::Now, "backlog");
-        assert_eq!(next_claim(3, 32, window), NextClaim::After(window));
-        assert_eq!(next_claim(0, 32, window), NextClaim::OnWake, "nothing due");
-        assert_eq!(next_claim(0, 0, window), NextClaim::OnWake, "no room");
+        assert_eq!(next_claim(32, true, window), NextClaim::Now, "backlog");
+        assert_eq!(next_claim(3, false, window), NextClaim::After(window));
         assert_eq!(
-            next_claim(3, 32, Duration::ZERO),
-            NextClaim::Now,
-            "window off"
+            next_claim(0, false, window),
+            NextClaim::OnWake,
+            "nothing due"
         );
+        assert_eq!(next_claim(3, false, Duration::ZERO), NextClaim::Now, "off");
     }
 }
