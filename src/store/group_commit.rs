@@ -134,26 +134,20 @@ async fn write_batches<T, R, W, F>(
             // Waiting here (not before `recv`) keeps one gatherer holding the queue, so
             // everything sent while the gate is held lands in the same batch.
             let guard = shared.gate.read().await;
+            // Everything already waiting, then (with a window) what arrives within it.
+            let deadline = (!linger.is_zero()).then(|| tokio::time::Instant::now() + linger);
             while items.len() < max_batch {
-                match receiver.try_recv() {
-                    Ok((item, reply)) => {
-                        items.push(item);
-                        replies.push(reply);
-                    }
-                    Err(_) => break,
-                }
-            }
-            if !linger.is_zero() {
-                let deadline = tokio::time::Instant::now() + linger;
-                while items.len() < max_batch {
-                    match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                        Ok(Some((item, reply))) => {
-                            items.push(item);
-                            replies.push(reply);
-                        }
-                        _ => break,
-                    }
-                }
+                let next = match (receiver.try_recv(), deadline) {
+                    (Ok(next), _) => Some(next),
+                    (Err(_), None) => None,
+                    (Err(_), Some(deadline)) => tokio::time::timeout_at(deadline, receiver.recv())
+                        .await
+                        .ok()
+                        .flatten(),
+                };
+                let Some((item, reply)) = next else { break };
+                items.push(item);
+                replies.push(reply);
             }
             guard
         };
@@ -204,14 +198,19 @@ mod tests {
         })
     }
 
+    /// The sizes of the batches that took two items submitted 20 ms apart.
+    async fn two_items_20ms_apart(commit: &GroupCommit<u32, usize>) -> (usize, usize) {
+        let first = spawn_submit(commit, 1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = commit.submit(2).await.unwrap();
+        (first.await.unwrap(), second)
+    }
+
     // The clock is paused: time moves only when every task waits, so the gaps are exact.
     #[tokio::test(start_paused = true)]
     async fn a_lingering_batch_takes_items_that_arrive_within_its_window() {
         let commit = batch_sizes(Duration::from_millis(50));
-        let first = spawn_submit(&commit, 1);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let second = commit.submit(2).await.unwrap();
-        assert_eq!((first.await.unwrap(), second), (2, 2));
+        assert_eq!(two_items_20ms_apart(&commit).await, (2, 2));
         assert_eq!(commit.batches(), 1);
 
         // After the window, an item waits for the next batch.
@@ -225,10 +224,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_a_window_no_item_waits_for_another() {
         let commit = batch_sizes(Duration::ZERO);
-        let first = spawn_submit(&commit, 1);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(commit.submit(2).await.unwrap(), 1);
-        assert_eq!(first.await.unwrap(), 1);
+        assert_eq!(two_items_20ms_apart(&commit).await, (1, 1));
         assert_eq!(commit.batches(), 2);
     }
 

@@ -284,10 +284,9 @@ enum NextClaim {
     /// claim as slots free.
     Now,
     /// Some due jobs, and every destination got fewer than its room: the queue is keeping
-    /// up, so let the next jobs
-    /// gather for the batch window instead of claiming them one or two at a time. Each
-    /// claim is a statement whose fixed cost (planning, a round trip, a commit) dwarfs its
-    /// per-row cost at that size (bench/RESULTS.md, session 8).
+    /// up, so let the next jobs gather for the batch window instead of claiming them one or
+    /// two at a time. Each claim is a statement whose fixed cost (planning, a round trip, a
+    /// commit) dwarfs its per-row cost at that size (bench/RESULTS.md, session 8).
     After(Duration),
     /// Nothing due, or no room: wait for a new job, a freed slot or the poll interval.
     OnWake,
