@@ -219,16 +219,13 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
         s.worker.poll_interval = "1h".into();
     })
     .await;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let worker = std::sync::Arc::new(app.worker());
-    let running = tokio::spawn(worker.clone().run(stopped));
+    let worker = app.start_worker();
     // No wait needed: the worker listens before its first claim, so an event stored before
     // it listens is claimed by that first pass, and one stored after wakes it.
     app.ingest_stripe("evt_wake").await;
     let got = sink.wait_for("/billing", 1, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 1, "delivered promptly after a wake-up");
-    stop.send(true).unwrap();
-    running.await.unwrap();
+    worker.stop().await;
 }
 
 /// A claim takes exactly as many due jobs as asked, the oldest first, none twice, and a

@@ -13,6 +13,8 @@ both_backends!(
     an_attempt_that_outlasts_its_timeout_is_retried,
     a_long_delivery_renews_its_lease,
     a_slow_destination_cannot_starve_the_others,
+    a_backlog_is_claimed_without_waiting_out_the_batch_window,
+    a_shallow_queue_is_claimed_once_per_batch_window,
     only_one_reconciler_sweeps_at_a_time_on_postgres,
 );
 
@@ -91,9 +93,7 @@ async fn a_slow_destination_cannot_starve_the_others(backend: Backend) {
     for i in 0..4 {
         app.ingest_stripe(&format!("evt_starve_{i}")).await;
     }
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let worker = Arc::new(app.worker());
-    let running = tokio::spawn(worker.clone().run(stopped));
+    let worker = app.start_worker();
 
     let audit = sink.wait_for("/audit", 4, Duration::from_secs(10)).await;
     assert_eq!(audit.len(), 4, "the fast destination got everything");
@@ -102,8 +102,53 @@ async fn a_slow_destination_cannot_starve_the_others(backend: Backend) {
         billing <= 2,
         "the slow one is capped at 2 in flight, got {billing}"
     );
-    stop.send(true).unwrap();
-    running.await.unwrap();
+    worker.stop().await;
+}
+
+/// Claims that fill every free slot are followed at once, whatever the window: six jobs
+/// through two slots take three full claims, far less than one window.
+async fn a_backlog_is_claimed_without_waiting_out_the_batch_window(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.worker.batch_window = "1s".into();
+        for d in &mut s.destinations {
+            d.max_in_flight = 2;
+        }
+    })
+    .await;
+    app.ingest_stripes("evt_backlog", 6).await;
+    let worker = app.start_worker();
+    let got = sink
+        .wait_for("/billing", 6, Duration::from_millis(700))
+        .await;
+    assert_eq!(got.len(), 6, "a full claim waited for the batch window");
+    worker.stop().await;
+}
+
+/// A claim that found fewer due jobs than free slots is followed only after the window: a
+/// job that arrives meanwhile waits for it, then goes.
+async fn a_shallow_queue_is_claimed_once_per_batch_window(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.worker.batch_window = "1s".into();
+    })
+    .await;
+    let worker = app.start_worker();
+    app.ingest_stripe("evt_shallow_a").await;
+    assert_eq!(
+        sink.wait_for("/billing", 1, Duration::from_secs(5))
+            .await
+            .len(),
+        1
+    );
+    app.ingest_stripe("evt_shallow_b").await;
+    let early = sink
+        .wait_for("/billing", 2, Duration::from_millis(300))
+        .await;
+    assert_eq!(early.len(), 1, "claimed again within the window");
+    let later = sink.wait_for("/billing", 2, Duration::from_secs(5)).await;
+    assert_eq!(later.len(), 2, "claimed after the window");
+    worker.stop().await;
 }
 
 async fn only_one_reconciler_sweeps_at_a_time_on_postgres(backend: Backend) {

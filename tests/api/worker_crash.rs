@@ -331,13 +331,10 @@ async fn graceful_shutdown_hands_unfinished_jobs_back(backend: Backend) {
     })
     .await;
     let event = ingest_svix(&app, "msg_shutdown").await;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let worker = std::sync::Arc::new(app.worker());
-    let running = tokio::spawn(worker.clone().run(stopped));
+    let worker = app.start_worker();
     sink.wait_for("/billing", 1, std::time::Duration::from_secs(10))
         .await;
-    stop.send(true).unwrap();
-    running.await.unwrap();
+    worker.stop().await;
 
     let job = app.job(event, "billing").await;
     assert_eq!(

@@ -292,6 +292,13 @@ impl TestApp {
             .with_metrics(self.metrics.clone())
     }
 
+    /// Runs a worker's loop in a task of its own until `RunningWorker::stop`.
+    pub fn start_worker(&self) -> RunningWorker {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(std::sync::Arc::new(self.worker()).run(stopped));
+        RunningWorker { stop, task }
+    }
+
     pub fn reconciler(&self) -> hookgate::worker::Reconciler {
         hookgate::worker::Reconciler::new(self.store.clone(), self.config.clone())
             .with_metrics(self.metrics.clone())
@@ -379,5 +386,20 @@ pub fn new_event<'a>(
         verified_scheme: "stripe",
         verified_secret_index: 0,
         destinations: &[],
+    }
+}
+
+/// A worker loop started by `TestApp::start_worker`.
+pub struct RunningWorker {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningWorker {
+    /// Asks the loop to shut down and waits until it has (in-flight deliveries finished or
+    /// handed back).
+    pub async fn stop(self) {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap();
     }
 }
