@@ -40,8 +40,8 @@ pub use group_commit::GroupCommit;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use types::{
-    AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome, JobOutcome, JobUpdate,
-    NewEvent, StoredAttempt, StoredEvent, StoredJob,
+    ArrivalCursor, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
+    JobOutcome, JobUpdate, MissingJobsStep, NewEvent, StoredAttempt, StoredEvent, StoredJob,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -282,17 +282,20 @@ impl Store {
         dispatch!(self, s => s.expired_leases(now, limit).await)
     }
 
-    /// Creates the job for `destination` of every event of `source` received since `since`
-    /// that has none (at most `limit`). Returns how many it created.
+    /// Reads the next `limit` events of `source` after `after`, in arrival order, and creates
+    /// the job for `destination` of each that has none. A sweep is a series of these steps,
+    /// so no statement reads more than `limit` events: on PostgreSQL a long one would hold
+    /// back the horizon below which dead queue entries can be skipped, and every claim would
+    /// walk past them; on SQLite it would hold off the ingest writer.
     pub async fn create_missing_jobs(
         &self,
         source: &str,
         destination: &str,
-        since: DateTime<Utc>,
+        after: ArrivalCursor,
         now: DateTime<Utc>,
         limit: i64,
-    ) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.create_missing_jobs(source, destination, since, now, limit).await)
+    ) -> Result<MissingJobsStep, StoreError> {
+        dispatch!(self, s => s.create_missing_jobs(source, destination, after, now, limit).await)
     }
 
     /// Something to wait on for new jobs: PostgreSQL LISTEN/NOTIFY, or an in-process signal.

@@ -2,6 +2,7 @@
 
 mod admin;
 mod ingest;
+mod missing_jobs;
 mod retention;
 
 use std::collections::HashSet;
@@ -376,32 +377,6 @@ impl PgStore {
                 })
             })
             .collect()
-    }
-
-    pub async fn create_missing_jobs(
-        &self,
-        source: &str,
-        destination: &str,
-        since: DateTime<Utc>,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        let done = sqlx::query(
-            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-                created_at, updated_at) \
-             SELECT gen_random_uuid(), e.id, $2, 'pending', 0, $4, $4, $4 FROM events e \
-             WHERE e.source = $1 AND e.received_at >= $3 AND e.purged_at IS NULL AND NOT EXISTS ( \
-                SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $2) \
-             LIMIT $5",
-        )
-        .bind(source)
-        .bind(destination)
-        .bind(since)
-        .bind(now)
-        .bind(limit)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
     }
 
     pub async fn listen_for_jobs(&self) -> Result<PgListener, StoreError> {

@@ -4,6 +4,7 @@
 
 mod admin;
 mod ingest;
+mod missing_jobs;
 mod retention;
 #[cfg(test)]
 mod tests;
@@ -16,7 +17,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Connection, Row, Sqlite, Transaction};
+use sqlx::{Connection, Row, Sqlite};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -381,36 +382,6 @@ impl SqliteStore {
             .collect()
     }
 
-    pub async fn create_missing_jobs(
-        &self,
-        source: &str,
-        destination: &str,
-        since: DateTime<Utc>,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        // Select and insert under the write lock, so two sweeping processes cannot both
-        // create the same missing job.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let missing: Vec<String> = sqlx::query_scalar(
-            "SELECT e.id FROM events e WHERE e.source = ? AND e.received_at >= ? \
-             AND e.purged_at IS NULL \
-             AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = ?) \
-             LIMIT ?",
-        )
-        .bind(source)
-        .bind(millis(since))
-        .bind(destination)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        for event_id in &missing {
-            insert_job(&mut tx, event_id, destination, millis(now)).await?;
-        }
-        tx.commit().await?;
-        Ok(missing.len() as u64)
-    }
-
     pub fn job_signal(&self) -> Arc<Notify> {
         self.job_signal.clone()
     }
@@ -482,27 +453,6 @@ fn event_from_row(r: &SqliteRow) -> Result<StoredEvent, StoreError> {
         verified_scheme: r.try_get("verified_scheme")?,
         verified_secret_index: r.try_get("verified_secret_index")?,
     })
-}
-
-pub(super) async fn insert_job(
-    tx: &mut Transaction<'_, Sqlite>,
-    event_id: &str,
-    destination: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-         created_at, updated_at) VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)",
-    )
-    .bind(JobId::generate().to_string())
-    .bind(event_id)
-    .bind(destination)
-    .bind(now)
-    .bind(now)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 pub(super) fn job_from_row(r: &SqliteRow) -> Result<StoredJob, StoreError> {

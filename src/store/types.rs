@@ -166,3 +166,31 @@ pub struct ExpiredLease {
     pub attempts: i32,
     pub destination: String,
 }
+
+/// Where a scan of one source's events in arrival order stopped: the last event it read.
+/// The next scan starts strictly after it, so events that share a timestamp are neither
+/// skipped nor read twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrivalCursor {
+    pub received_at: DateTime<Utc>,
+    pub event: EventId,
+}
+
+impl ArrivalCursor {
+    /// Before every event received at or after `at`.
+    pub fn starting_at(at: DateTime<Utc>) -> Self {
+        Self {
+            received_at: at,
+            event: EventId::from_uuid(Uuid::nil()),
+        }
+    }
+}
+
+/// One bounded step of the missing-jobs sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissingJobsStep {
+    /// Jobs created in this step.
+    pub created: u64,
+    /// Where to go on from, or `None` when the step read the last event there was.
+    pub next: Option<ArrivalCursor>,
+}

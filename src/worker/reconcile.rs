@@ -8,15 +8,23 @@ use chrono::{DateTime, Utc};
 
 use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
-use crate::store::{AttemptOutcome, AttemptRecord, JobUpdate, Store, StoreError};
+use crate::store::{ArrivalCursor, AttemptOutcome, AttemptRecord, JobUpdate, Store, StoreError};
 use crate::telemetry::Metrics;
 
 const BATCH: i64 = 500;
+
+/// Events one step of the missing-jobs sweep reads: a few milliseconds of work, so no
+/// statement of the sweep holds a snapshot for long (see `Store::create_missing_jobs`).
+const MISSING_JOBS_STEP: i64 = 5_000;
 
 /// How long after its `received_at` an event may still commit (a request's batch waiting on a
 /// busy store). Sweeps after the first look back to the previous sweep less this, not the
 /// whole `worker.reconcile_lookback`, so a sweep reads minutes of events, not a day of them.
 const LATE_COMMIT_MARGIN: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+/// How often, at most, a reconciler looks for missing jobs after its first sweep: each look
+/// reads this plus `LATE_COMMIT_MARGIN` of events, twice what arrived since the last one.
+const MISSING_JOBS_INTERVAL: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReconcileReport {
@@ -40,6 +48,8 @@ pub struct Reconciler {
     metrics: Arc<Metrics>,
     /// When this reconciler last finished looking for missing jobs.
     missing_jobs_swept_at: Arc<Mutex<Option<DateTime<Utc>>>>,
+    /// Events read per step of the missing-jobs sweep.
+    scan_step: i64,
 }
 
 impl Reconciler {
@@ -50,7 +60,14 @@ impl Reconciler {
             crash: CrashPoints::default(),
             metrics: Arc::default(),
             missing_jobs_swept_at: Arc::default(),
+            scan_step: MISSING_JOBS_STEP,
         }
+    }
+
+    /// Reads at most `events` events per step of the missing-jobs sweep (tests use a few).
+    pub fn with_missing_jobs_step(mut self, events: i64) -> Self {
+        self.scan_step = events.max(1);
+        self
     }
 
     /// Counts repairs into these metrics.
@@ -146,35 +163,7 @@ impl Reconciler {
             }
         }
 
-        let lookback_start = now
-            - chrono::Duration::from_std(self.config.worker.reconcile_lookback)
-                .unwrap_or(chrono::Duration::days(1));
-        let previous = *self.missing_jobs_swept_at.lock().expect("sweep mark");
-        let since = match previous {
-            Some(at) => lookback_start.max(at - LATE_COMMIT_MARGIN),
-            None => lookback_start,
-        };
-        for source in self.config.sources.values() {
-            for destination in &source.destinations {
-                loop {
-                    let created = self
-                        .store
-                        .create_missing_jobs(
-                            source.name.as_str(),
-                            destination.as_str(),
-                            since,
-                            now,
-                            BATCH,
-                        )
-                        .await?;
-                    report.missing_jobs += created;
-                    if created < BATCH as u64 {
-                        break;
-                    }
-                }
-            }
-        }
-        *self.missing_jobs_swept_at.lock().expect("sweep mark") = Some(now);
+        self.sweep_missing_jobs(now, &mut report).await?;
 
         let ttl = chrono::Duration::from_std(self.config.admin.idempotency_ttl)
             .unwrap_or(chrono::Duration::days(1));
@@ -187,6 +176,49 @@ impl Reconciler {
         }
         self.sweep_retention(now, &mut report).await?;
         Ok(report)
+    }
+
+    /// Creates the jobs events lack. The first sweep of a process reads back
+    /// `worker.reconcile_lookback`; later ones run at most every `MISSING_JOBS_INTERVAL` and
+    /// read back to the previous one less `LATE_COMMIT_MARGIN`. Events lack jobs only when
+    /// routing changed (another process ingested with an older configuration), so reading
+    /// ten minutes of events at every sweep (each `worker.reconcile_interval`, 30 s by
+    /// default) read 21 times what had arrived since the previous one, to find nothing.
+    async fn sweep_missing_jobs(
+        &self,
+        now: DateTime<Utc>,
+        report: &mut ReconcileReport,
+    ) -> Result<(), StoreError> {
+        let lookback_start = now
+            - chrono::Duration::from_std(self.config.worker.reconcile_lookback)
+                .unwrap_or(chrono::Duration::days(1));
+        let previous = *self.missing_jobs_swept_at.lock().expect("sweep mark");
+        let since = match previous {
+            Some(at) if now - at < MISSING_JOBS_INTERVAL => return Ok(()),
+            Some(at) => lookback_start.max(at - LATE_COMMIT_MARGIN),
+            None => lookback_start,
+        };
+        for source in self.config.sources.values() {
+            for destination in &source.destinations {
+                let mut after = Some(ArrivalCursor::starting_at(since));
+                while let Some(cursor) = after {
+                    let step = self
+                        .store
+                        .create_missing_jobs(
+                            source.name.as_str(),
+                            destination.as_str(),
+                            cursor,
+                            now,
+                            self.scan_step,
+                        )
+                        .await?;
+                    report.missing_jobs += step.created;
+                    after = step.next;
+                }
+            }
+        }
+        *self.missing_jobs_swept_at.lock().expect("sweep mark") = Some(now);
+        Ok(())
     }
 
     /// Retention: content goes after `retention.events`; the row (the dedupe key) after the

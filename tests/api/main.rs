@@ -13,6 +13,7 @@ mod idempotency;
 mod ingest;
 mod limits;
 mod metrics;
+mod missing_jobs;
 mod outage;
 mod pools;
 mod retention;

@@ -21,8 +21,6 @@ both_backends!(
     crash_during_reconciliation_is_finished_by_the_next_sweep,
     a_lost_lease_cannot_overwrite_the_newer_result,
     graceful_shutdown_hands_unfinished_jobs_back,
-    the_reconciler_creates_missing_jobs,
-    later_sweeps_look_back_to_the_previous_sweep,
 );
 
 /// The lease in the test config is the default 30 s.
@@ -348,65 +346,4 @@ async fn graceful_shutdown_hands_unfinished_jobs_back(backend: Backend) {
     // Another worker picks it up straight away, without waiting for a lease to expire.
     assert_eq!(app.worker().run_once().await.unwrap(), 1);
     assert_eq!(app.job(event, "billing").await.status, JobStatus::Succeeded);
-}
-
-/// Stores an event with no jobs, as if its source gained destinations since.
-async fn insert_orphan(app: &TestApp, id: &str, received_at: chrono::DateTime<Utc>) -> EventId {
-    let (tenant, source) = (
-        hookgate::domain::Name::parse("t", "acme").unwrap(),
-        hookgate::domain::Name::parse("s", "stripe").unwrap(),
-    );
-    let id = hookgate::domain::ProviderEventId::parse(id).unwrap();
-    let outcome = app
-        .store
-        .insert_event(&hookgate::store::NewEvent {
-            received_at,
-            ..crate::support::new_event(&tenant, &source, &id, b"{}")
-        })
-        .await
-        .unwrap();
-    let hookgate::store::InsertOutcome::Created(event) = outcome else {
-        panic!("{outcome:?}")
-    };
-    event
-}
-
-async fn the_reconciler_creates_missing_jobs(backend: Backend) {
-    let sink = Sink::start().await;
-    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
-    let event = insert_orphan(&app, "evt_orphan", Utc::now()).await;
-    let report = app.reconciler().sweep().await.unwrap();
-    assert_eq!(report.missing_jobs, 2);
-    assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 2);
-    let again = app.reconciler().sweep().await.unwrap();
-    assert_eq!(again.missing_jobs, 0, "repairs are not repeated");
-    app.worker().run_once().await.unwrap();
-    assert_eq!(sink.received("/billing").len(), 1);
-    assert_eq!(sink.received("/audit").len(), 1);
-}
-
-/// After its first sweep (which covers `worker.reconcile_lookback`), a reconciler looks back
-/// only to its previous sweep less a margin for late commits: an event that commits late is
-/// still repaired, while older events are left to the first sweep of the next start.
-async fn later_sweeps_look_back_to_the_previous_sweep(backend: Backend) {
-    let sink = Sink::start().await;
-    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
-    let reconciler = app.reconciler();
-    let first = Utc::now();
-    assert_eq!(reconciler.sweep_at(first).await.unwrap().missing_jobs, 0);
-    let late = insert_orphan(&app, "evt_late", first - chrono::Duration::minutes(5)).await;
-    let old = insert_orphan(&app, "evt_old", first - chrono::Duration::hours(2)).await;
-    let second = reconciler
-        .sweep_at(first + chrono::Duration::seconds(30))
-        .await
-        .unwrap();
-    assert_eq!(second.missing_jobs, 2, "the late event's two jobs");
-    assert_eq!(app.store.jobs_for_event(late).await.unwrap().len(), 2);
-    assert!(app.store.jobs_for_event(old).await.unwrap().is_empty());
-    let restarted = app.reconciler().sweep().await.unwrap();
-    assert_eq!(
-        restarted.missing_jobs, 2,
-        "a new process looks back the whole lookback"
-    );
-    assert_eq!(app.store.jobs_for_event(old).await.unwrap().len(), 2);
 }
