@@ -22,6 +22,7 @@ const REPORTED: &[&str] = &[
     "max_wal_size",
     "min_wal_size",
     "checkpoint_timeout",
+    "autovacuum_naptime",
     "synchronous_commit",
     "fsync",
     "full_page_writes",
@@ -133,6 +134,7 @@ fn production_settings() -> Vec<(&'static str, String)> {
         ("min_wal_size", format!("'{}MB'", WAL_SEGMENTS * 16)),
         ("checkpoint_timeout", "'15min'".into()),
         ("checkpoint_completion_target", "0.9".into()),
+        ("autovacuum_naptime", "'10s'".into()),
     ]
 }
 
