@@ -285,8 +285,8 @@ impl Store {
     /// Reads the next `limit` events of `source` after `after`, in arrival order, and creates
     /// the job for `destination` of each that has none. A sweep is a series of these steps,
     /// so no statement reads more than `limit` events: on PostgreSQL a long one would hold
-    /// back the horizon below which dead queue entries can be skipped, and every claim would
-    /// walk past them; on SQLite it would hold off the ingest writer.
+    /// one snapshot for the whole scan, and no dead row anywhere (the queue's among them)
+    /// could be removed until it ended; on SQLite it would hold off the ingest writer.
     pub async fn create_missing_jobs(
         &self,
         source: &str,

@@ -194,3 +194,14 @@ pub struct MissingJobsStep {
     /// Where to go on from, or `None` when the step read the last event there was.
     pub next: Option<ArrivalCursor>,
 }
+
+impl MissingJobsStep {
+    /// A step that read `read` events of the `limit` it asked for, the last of them `last`:
+    /// fewer than asked means none are left.
+    pub fn after_reading(created: u64, read: i64, limit: i64, last: Option<ArrivalCursor>) -> Self {
+        Self {
+            created,
+            next: last.filter(|_| read >= limit),
+        }
+    }
+}

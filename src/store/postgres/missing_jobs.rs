@@ -54,16 +54,15 @@ impl PgStore {
         let scanned: i64 = row.try_get("scanned")?;
         let last_id: Option<Uuid> = row.try_get("id")?;
         let last_at: Option<DateTime<Utc>> = row.try_get("received_at")?;
-        let next = match (last_id, last_at) {
-            (Some(id), Some(received_at)) if scanned >= limit => Some(ArrivalCursor {
-                received_at,
-                event: EventId::from_uuid(id),
-            }),
-            _ => None,
-        };
-        Ok(MissingJobsStep {
-            created: created as u64,
-            next,
-        })
+        let last = last_id.zip(last_at).map(|(id, received_at)| ArrivalCursor {
+            received_at,
+            event: EventId::from_uuid(id),
+        });
+        Ok(MissingJobsStep::after_reading(
+            created as u64,
+            scanned,
+            limit,
+            last,
+        ))
     }
 }

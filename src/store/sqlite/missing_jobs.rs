@@ -35,15 +35,15 @@ impl SqliteStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let next = match rows.last() {
-            Some(last) if rows.len() as i64 >= limit => {
-                let id: String = last.try_get("id")?;
+        let last = match rows.last() {
+            Some(row) => {
+                let id: String = row.try_get("id")?;
                 Some(ArrivalCursor {
-                    received_at: from_millis(last.try_get("received_at")?)?,
+                    received_at: from_millis(row.try_get("received_at")?)?,
                     event: EventId::from_uuid(parse_uuid(&id)?),
                 })
             }
-            _ => None,
+            None => None,
         };
         let mut missing = Vec::new();
         for row in &rows {
@@ -75,6 +75,11 @@ impl SqliteStore {
             }
             tx.commit().await?;
         }
-        Ok(MissingJobsStep { created, next })
+        Ok(MissingJobsStep::after_reading(
+            created,
+            rows.len() as i64,
+            limit,
+            last,
+        ))
     }
 }
