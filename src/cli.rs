@@ -168,10 +168,15 @@ async fn serve(
         app.config().clone(),
         app.metrics().clone(),
     );
+    let handoff = role == Role::All && config.worker.handoff;
+    let background = (role != Role::Api).then(|| {
+        let work = BackgroundWork::new(store.clone(), config, metrics);
+        if handoff {
+            app.batcher().hand_off_to(work.handoff());
+        }
+        tokio::spawn(work.run(stopped))
+    });
     let server = Some(app);
-
-    let background = (role != Role::Api)
-        .then(|| tokio::spawn(BackgroundWork::new(store.clone(), config, metrics).run(stopped)));
     let server_handle = server.as_ref().map(Application::handle);
     let server_task = server.map(|app| tokio::spawn(app.run_until_stopped()));
 

@@ -199,6 +199,11 @@ impl BackgroundWork {
         }
     }
 
+    /// This process's workers' side of ingest's hand-off (see `worker::Handoff`).
+    pub fn handoff(&self) -> crate::worker::Handoff {
+        self.worker.handoff()
+    }
+
     /// Runs until `shutdown` turns true, then drains (see `Worker::run`).
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
         let reconciler = self.reconciler;

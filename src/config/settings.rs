@@ -149,6 +149,10 @@ pub struct WorkerSettings {
     #[serde(default = "default_batch_window")]
     pub batch_window: String,
     /// On SIGINT/SIGTERM, how long in-flight deliveries may take to finish.
+    /// In a process that also ingests: new jobs go straight to this process's workers when
+    /// they have room and no backlog, claimed in the transaction that creates them.
+    #[serde(default = "default_handoff")]
+    pub handoff: bool,
     #[serde(default = "default_shutdown_grace")]
     pub shutdown_grace: String,
     /// How often the reconciler sweeps for expired leases and missing jobs.
@@ -166,6 +170,7 @@ impl Default for WorkerSettings {
             lease: default_lease(),
             poll_interval: default_poll_interval(),
             batch_window: default_batch_window(),
+            handoff: default_handoff(),
             shutdown_grace: default_shutdown_grace(),
             reconcile_interval: default_reconcile_interval(),
             reconcile_lookback: default_reconcile_lookback(),
@@ -181,6 +186,9 @@ fn default_lease() -> String {
 }
 fn default_poll_interval() -> String {
     "1s".into()
+}
+fn default_handoff() -> bool {
+    true
 }
 fn default_batch_window() -> String {
     "5ms".into()

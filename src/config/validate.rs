@@ -51,6 +51,8 @@ pub struct WorkerConfig {
     /// After a claim in which every destination had fewer due jobs than free slots, the next
     /// claim waits this long; the outcome writer waits up to this long to fill a batch.
     pub batch_window: Duration,
+    /// Ingest claims new jobs for this process's workers as it creates them (role `all`).
+    pub handoff: bool,
     pub shutdown_grace: Duration,
     pub reconcile_interval: Duration,
     pub reconcile_lookback: Duration,
@@ -223,6 +225,7 @@ impl GatewayConfig {
             lease: duration("worker.lease", &w.lease)?,
             poll_interval: duration("worker.poll_interval", &w.poll_interval)?,
             batch_window: duration("worker.batch_window", &w.batch_window)?,
+            handoff: w.handoff,
             shutdown_grace: duration("worker.shutdown_grace", &w.shutdown_grace)?,
             reconcile_interval: duration("worker.reconcile_interval", &w.reconcile_interval)?,
             reconcile_lookback: duration("worker.reconcile_lookback", &w.reconcile_lookback)?,

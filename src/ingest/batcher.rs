@@ -1,14 +1,15 @@
 //! Ingest's group commit: concurrent requests share transactions, and each is answered only
 //! after the commit that holds its event.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::config::Source;
-use crate::domain::{EventId, ProviderEventId};
-use crate::store::{GroupCommit, InsertOutcome, NewEvent, Store, StoreError};
+use crate::domain::{EventId, Name, ProviderEventId};
+use crate::store::{ClaimedJob, GroupCommit, InsertOutcome, NewEvent, PreClaim, Store, StoreError};
+use crate::worker::{Handoff, Reservation};
 
 /// An event to store, owning its data so it can wait in the queue.
 #[derive(Debug)]
@@ -26,7 +27,7 @@ pub struct PendingEvent {
 }
 
 impl PendingEvent {
-    fn as_new_event(&self) -> NewEvent<'_> {
+    fn as_new_event<'a>(&'a self, claims: &'a [Option<PreClaim>]) -> NewEvent<'a> {
         NewEvent {
             id: self.id,
             tenant: &self.source.tenant,
@@ -40,6 +41,23 @@ impl PendingEvent {
             verified_scheme: &self.verified_scheme,
             verified_secret_index: self.verified_secret_index,
             destinations: &self.source.destinations,
+            claims,
+        }
+    }
+
+    /// The job for `destination`, committed under `claim`, as a worker's claim returns it.
+    fn claimed_job(&self, destination: &Name, claim: PreClaim) -> ClaimedJob {
+        ClaimedJob {
+            job_id: claim.job_id,
+            claim_token: claim.token,
+            attempt: 1,
+            destination: destination.as_str().to_owned(),
+            event_id: self.id,
+            source: self.source.name.as_str().to_owned(),
+            event_type: self.event_type.clone(),
+            provider_event_id: self.provider_event_id.as_str().to_owned(),
+            content_type: self.content_type.clone(),
+            body: self.body.to_vec(),
         }
     }
 }
@@ -48,20 +66,27 @@ impl PendingEvent {
 #[derive(Clone)]
 pub struct IngestBatcher {
     events: GroupCommit<PendingEvent, InsertOutcome>,
+    handoff: Arc<OnceLock<Handoff>>,
 }
 
 impl IngestBatcher {
     /// Starts `writers` tasks (transactions in flight at once) writing up to `max_batch`
     /// events per transaction. Must be called inside a tokio runtime.
     pub fn start(store: Store, writers: usize, max_batch: usize) -> Self {
-        let events = GroupCommit::start(writers, max_batch, move |batch: Vec<PendingEvent>| {
-            let store = store.clone();
-            async move {
-                let events: Vec<NewEvent<'_>> = batch.iter().map(|e| e.as_new_event()).collect();
-                store.insert_events(&events).await
-            }
-        });
-        Self { events }
+        let handoff: Arc<OnceLock<Handoff>> = Arc::default();
+        let local = handoff.clone();
+        let write = move |batch: Vec<PendingEvent>| {
+            let (store, handoff) = (store.clone(), local.get().cloned());
+            async move { write_batch(&store, handoff.as_ref(), batch).await }
+        };
+        let events = GroupCommit::start(writers, max_batch, write);
+        Self { events, handoff }
+    }
+
+    /// From now on, new jobs go straight to this process's workers when they have room
+    /// (see `worker::Handoff`). At most once; later calls are ignored.
+    pub fn hand_off_to(&self, handoff: Handoff) {
+        let _ = self.handoff.set(handoff);
     }
 
     /// Queues the event and waits until its batch has committed (or failed).
@@ -84,4 +109,54 @@ impl IngestBatcher {
     pub async fn hold(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
         self.events.hold().await
     }
+}
+
+/// Writes one batch. With a hand-off, each new job the worker has room for is claimed in the
+/// same transaction and passed over after the commit; the slots of events that turn out to
+/// be copies, or of a batch that fails, are given back when their reservations drop.
+async fn write_batch(
+    store: &Store,
+    handoff: Option<&Handoff>,
+    batch: Vec<PendingEvent>,
+) -> Result<Vec<InsertOutcome>, StoreError> {
+    let now = Utc::now();
+    let reserved: Vec<Vec<Option<Reservation>>> = batch
+        .iter()
+        .map(|e| match handoff {
+            Some(h) => e
+                .source
+                .destinations
+                .iter()
+                .map(|d| h.reserve(d.as_str(), now))
+                .collect(),
+            None => Vec::new(),
+        })
+        .collect();
+    let claims: Vec<Vec<Option<PreClaim>>> = reserved
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|r| r.as_ref().map(Reservation::claim))
+                .collect()
+        })
+        .collect();
+    let events: Vec<NewEvent<'_>> = batch
+        .iter()
+        .zip(&claims)
+        .map(|(e, c)| e.as_new_event(c))
+        .collect();
+    let outcomes = store.insert_events(&events).await?;
+    for ((event, reservations), outcome) in batch.iter().zip(reserved).zip(&outcomes) {
+        // Only the copy whose row was written has jobs; a later copy in the batch is
+        // answered with the same id, but as a duplicate.
+        if *outcome != InsertOutcome::Created(event.id) {
+            continue;
+        }
+        for (destination, reservation) in event.source.destinations.iter().zip(reservations) {
+            if let Some(r) = reservation {
+                r.dispatch(|claim| event.claimed_job(destination, claim));
+            }
+        }
+    }
+    Ok(outcomes)
 }

@@ -41,7 +41,8 @@ pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use types::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
-    JobOutcome, JobUpdate, MissingJobsStep, NewEvent, StoredAttempt, StoredEvent, StoredJob,
+    JobOutcome, JobUpdate, MissingJobsStep, NewEvent, PreClaim, StoredAttempt, StoredEvent,
+    StoredJob,
 };
 
 #[derive(Debug, thiserror::Error)]

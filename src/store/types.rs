@@ -22,6 +22,30 @@ pub struct NewEvent<'a> {
     pub verified_scheme: &'a str,
     pub verified_secret_index: i32,
     pub destinations: &'a [Name],
+    /// Either empty, or one entry per destination: the jobs this process's own workers take
+    /// as they are created (see `worker::Handoff`).
+    pub claims: &'a [Option<PreClaim>],
+}
+
+/// A job claimed in the transaction that creates it: stored `in_progress` under this token
+/// and lease, its first attempt counted, as a claim would leave it. If the process dies
+/// before the attempt ends, the lease expires and the reconciler returns the job to the
+/// queue, as for any claimed job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreClaim {
+    pub job_id: JobId,
+    pub token: Uuid,
+    pub locked_until: DateTime<Utc>,
+}
+
+impl NewEvent<'_> {
+    /// Each job's id and pre-claim, one per destination.
+    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &Name, Option<&PreClaim>)> + '_ {
+        self.destinations.iter().enumerate().map(|(i, d)| {
+            let claim = self.claims.get(i).and_then(Option::as_ref);
+            (claim.map_or_else(JobId::generate, |c| c.job_id), d, claim)
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

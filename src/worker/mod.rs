@@ -3,6 +3,7 @@
 
 mod crash;
 mod deliver;
+mod handoff;
 mod reconcile;
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -24,6 +25,7 @@ use crate::store::{
 use crate::telemetry::Metrics;
 
 pub use crash::{CrashPoint, CrashPoints};
+pub use handoff::{Handoff, Reservation};
 pub use reconcile::{ReconcileReport, Reconciler};
 
 /// One process's delivery workers.
@@ -36,6 +38,8 @@ pub struct Worker {
     global: Arc<Semaphore>,
     /// Caps each destination, so one slow receiver cannot take every slot.
     per_destination: BTreeMap<String, Arc<Semaphore>>,
+    /// Where this process's ingest passes the jobs it claimed as it made them.
+    handoff: Handoff,
     /// Jobs claimed and not yet finished, to hand back on shutdown.
     in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
     finished: Arc<Notify>,
@@ -64,6 +68,8 @@ impl Worker {
             .iter()
             .map(|(name, d)| (name.clone(), Arc::new(Semaphore::new(d.max_in_flight))))
             .collect();
+        let global = Arc::new(Semaphore::new(config.worker.concurrency));
+        let handoff = Handoff::new(global.clone(), &per_destination, config.worker.lease);
         Self {
             id: format!(
                 "{}-{}-{}",
@@ -72,10 +78,11 @@ impl Worker {
                 &crate::domain::time_ordered_uuid().simple().to_string()[24..]
             ),
             store,
-            global: Arc::new(Semaphore::new(config.worker.concurrency)),
+            global,
             config,
             deliverer: Deliverer::new(),
             per_destination,
+            handoff,
             in_flight: Arc::default(),
             finished: Arc::default(),
             deliveries: OnceLock::new(),
@@ -98,8 +105,16 @@ impl Worker {
         &self.crash
     }
 
-    /// Claims every due job there is capacity for, delivers them, and waits until each has
-    /// finished. Returns how many jobs it claimed. Tests drive delivery with this.
+    /// For this process's ingest (`IngestBatcher::hand_off_to`): new jobs it may claim for
+    /// these workers as it creates them. Taken only while the worker runs (`run`, or between
+    /// `run_once` calls).
+    pub fn handoff(&self) -> Handoff {
+        self.handoff.clone()
+    }
+
+    /// Takes the jobs handed off by ingest, claims every due job there is capacity for,
+    /// delivers them, and waits until each has finished. Returns how many jobs it started.
+    /// Tests drive delivery with this.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
         self.run_once_at(Utc::now()).await
     }
@@ -107,9 +122,10 @@ impl Worker {
     /// As `run_once`, taking `now` as the time jobs are due by (tests move the clock).
     pub async fn run_once_at(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         let mut tasks = JoinSet::new();
-        let (claimed, _) = self.claim_and_spawn(now, &mut tasks).await?;
+        let started = self.spawn_handed_off(&mut tasks);
+        let claims = self.claim_and_spawn(now, &mut tasks).await?;
         while tasks.join_next().await.is_some() {}
-        Ok(claimed)
+        Ok(started + claims.claimed)
     }
 
     /// Runs until `shutdown` turns true: then stops claiming, lets in-flight deliveries
@@ -129,33 +145,88 @@ impl Worker {
         let mut tasks = JoinSet::new();
         while !*shutdown.borrow() {
             while tasks.try_join_next().is_some() {}
-            let (claimed, backlog) = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
-                Ok(n) => n,
+            self.spawn_handed_off(&mut tasks);
+            let claims = match self.claim_and_spawn(Utc::now(), &mut tasks).await {
+                Ok(claims) => claims,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming jobs failed");
-                    (0, false)
+                    Claims::default()
                 }
             };
-            match next_claim(claimed, backlog, self.config.worker.batch_window) {
+            match next_claim(
+                claims.claimed,
+                claims.backlog,
+                self.config.worker.batch_window,
+            ) {
                 NextClaim::Now => {}
                 NextClaim::After(window) => {
-                    if wait_or_shutdown(&mut shutdown, window).await {
+                    let wait = wait_or_shutdown(&mut shutdown, window);
+                    if self.spawning_handed_off(&mut tasks, wait).await {
                         break;
                     }
                 }
                 NextClaim::OnWake => {
-                    tokio::select! {
-                        _ = waker.wait(self.config.worker.poll_interval) => {}
-                        _ = self.finished.notified() => {}
-                        _ = shutdown.changed() => {}
-                    }
+                    // A freed slot matters only to a destination that had none; waking for
+                    // every finished delivery would be an empty claim per delivery.
+                    let freed = async {
+                        if claims.out_of_room {
+                            self.finished.notified().await
+                        } else {
+                            std::future::pending().await
+                        }
+                    };
+                    let wait = async {
+                        tokio::select! {
+                            _ = waker.wait(self.config.worker.poll_interval) => {}
+                            _ = freed => {}
+                            _ = shutdown.changed() => {}
+                        }
+                    };
+                    self.spawning_handed_off(&mut tasks, wait).await;
                 }
             }
         }
         self.drain(tasks).await;
     }
 
+    /// Starts delivering every job ingest handed off; returns how many.
+    fn spawn_handed_off(&self, tasks: &mut JoinSet<()>) -> usize {
+        let jobs = self.handoff.take();
+        let n = jobs.len();
+        for handoff::HandedOff { job, permits } in jobs {
+            self.start(job, Permits::Held(permits), tasks);
+        }
+        n
+    }
+
+    /// Waits for `wake`, starting handed-off jobs as they arrive meanwhile.
+    async fn spawning_handed_off<T>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        wake: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(wake);
+        loop {
+            tokio::select! {
+                out = &mut wake => return out,
+                _ = self.handoff.arrived() => {
+                    self.spawn_handed_off(tasks);
+                }
+            }
+        }
+    }
+
+    fn start(&self, job: ClaimedJob, permits: Permits, tasks: &mut JoinSet<()>) {
+        self.in_flight
+            .lock()
+            .expect("in-flight map")
+            .insert(job.job_id, (job.claim_token, job.attempt));
+        tasks.spawn(self.delivery_task(job, permits));
+    }
+
     async fn drain(&self, mut tasks: JoinSet<()>) {
+        self.handoff.open(false);
+        self.spawn_handed_off(&mut tasks);
         let grace = self.config.worker.shutdown_grace;
         let all_done = async { while tasks.join_next().await.is_some() {} };
         if tokio::time::timeout(grace, all_done).await.is_err() {
@@ -196,53 +267,51 @@ impl Worker {
         &self,
         now: DateTime<Utc>,
         tasks: &mut JoinSet<()>,
-    ) -> Result<(usize, bool), StoreError> {
+    ) -> Result<Claims, StoreError> {
         let lease = chrono::Duration::from_std(self.config.worker.lease)
             .unwrap_or(chrono::Duration::seconds(30));
-        let mut claimed = 0;
-        // A destination whose claim filled every slot it asked for may have more due jobs.
-        let mut backlog = false;
+        let mut claims = Claims::default();
         for (name, slots) in &self.per_destination {
             let room = slots
                 .available_permits()
                 .min(self.global.available_permits());
             if room == 0 {
+                // Not a backlog by itself: ingest's hand-off may hold the slots, and finds
+                // none free either until one is.
+                claims.out_of_room = true;
                 continue;
             }
             let jobs = self
                 .store
                 .claim_jobs(name, room as i64, now, now + lease)
                 .await?;
-            backlog |= jobs.len() == room;
+            let backlog = jobs.len() == room;
+            claims.backlog |= backlog;
+            self.handoff.set_keeping_up(name, !backlog);
             for job in jobs {
-                claimed += 1;
-                // This loop is the only acquirer, and it asked for no more than `room`.
-                let permits = (
+                claims.claimed += 1;
+                let permits = match (
                     self.global.clone().try_acquire_owned(),
                     slots.clone().try_acquire_owned(),
-                );
-                let (Ok(global), Ok(local)) = permits else {
-                    unreachable!("claimed no more jobs than free slots");
+                ) {
+                    (Ok(global), Ok(local)) => Permits::Held([global, local]),
+                    // Ingest's hand-off took the slot after `room` was counted: the job
+                    // waits for the next free one, so the caps hold.
+                    _ => Permits::WaitFor(self.global.clone(), slots.clone()),
                 };
-                self.in_flight
-                    .lock()
-                    .expect("in-flight map")
-                    .insert(job.job_id, (job.claim_token, job.attempt));
-                let slots = deliver::Slots {
-                    permits: Some([global, local]),
-                    freed: self.finished.clone(),
-                };
-                tasks.spawn(self.delivery_task(job, slots));
+                self.start(job, permits, tasks);
             }
         }
-        Ok((claimed, backlog))
+        self.handoff.open(true);
+        Ok(claims)
     }
 
     fn delivery_task(
         &self,
         job: ClaimedJob,
-        slots: deliver::Slots,
+        permits: Permits,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let freed = self.finished.clone();
         let ctx = self
             .deliveries
             .get_or_init(|| {
@@ -270,11 +339,45 @@ impl Worker {
         let in_flight = self.in_flight.clone();
         async move {
             let job_id = job.job_id;
+            let slots = deliver::Slots {
+                permits: Some(permits.acquire().await),
+                freed,
+            };
             if ctx.deliver(job, slots).await {
                 in_flight.lock().expect("in-flight map").remove(&job_id);
             }
         }
     }
+}
+
+/// A delivery's slots (the process's and its destination's).
+enum Permits {
+    Held([OwnedSemaphorePermit; 2]),
+    WaitFor(Arc<Semaphore>, Arc<Semaphore>),
+}
+
+impl Permits {
+    async fn acquire(self) -> [OwnedSemaphorePermit; 2] {
+        match self {
+            Self::Held(permits) => permits,
+            Self::WaitFor(global, local) => {
+                // Neither semaphore is ever closed.
+                let global = global.acquire_owned().await.expect("open semaphore");
+                let local = local.acquire_owned().await.expect("open semaphore");
+                [global, local]
+            }
+        }
+    }
+}
+
+/// What one pass of the claim loop found.
+#[derive(Debug, Default)]
+struct Claims {
+    claimed: usize,
+    /// A destination's claim filled every slot it asked for: it may have more due jobs.
+    backlog: bool,
+    /// A destination had no free slot to claim with.
+    out_of_room: bool,
 }
 
 /// When the claim loop claims next.

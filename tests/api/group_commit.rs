@@ -15,7 +15,10 @@ both_backends!(
 
 /// Sends one Stripe event per id at once while the batcher is held, so that they all wait
 /// and then go in one batch. Returns each answer's status and JSON.
-async fn one_batch(app: &Arc<TestApp>, ids: &[&str]) -> Vec<(u16, serde_json::Value, bool)> {
+pub(crate) async fn one_batch(
+    app: &Arc<TestApp>,
+    ids: &[&str],
+) -> Vec<(u16, serde_json::Value, bool)> {
     let hold = app.batcher.hold().await;
     let before = app.batcher.submitted();
     let batches = app.batcher.batches();

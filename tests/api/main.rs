@@ -9,6 +9,7 @@ mod concurrency;
 mod crash;
 mod delivery;
 mod group_commit;
+mod handoff;
 mod idempotency;
 mod ingest;
 mod limits;

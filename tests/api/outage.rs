@@ -267,6 +267,7 @@ async fn closing_the_store_does_not_wait_for_held_connections(backend: Backend) 
     let destinations = [hookgate::domain::Name::parse("d", "billing").unwrap()];
     let event = hookgate::store::NewEvent {
         destinations: &destinations,
+        claims: &[],
         ..crate::support::new_event(&tenant, &source, &id, b"{}")
     };
     store.insert_events(&[event]).await.unwrap();

@@ -38,6 +38,7 @@ async fn two_pools_deliver_a_thousand_jobs_exactly_once(backend: Backend) {
                 content_type: Some("application/json"),
                 verified_scheme: "github",
                 destinations: &audit,
+                claims: &[],
                 ..crate::support::new_event(
                     &tenant,
                     &source,

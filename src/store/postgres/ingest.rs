@@ -7,12 +7,12 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{PgStore, JOBS_CHANNEL};
-use crate::domain::{EventId, JobId};
+use crate::domain::EventId;
 use crate::store::{batch, InsertOutcome, NewEvent, StoreError};
 
 /// Group commit's one statement. Jobs come pre-built for every event in the batch and are
 /// kept only for the events this statement created; the notification is sent only when a
-/// job was. `{on_conflict}` is empty on the fast path (see `insert_events`).
+/// job was queued for any worker (not when every job was claimed as it was created). `{on_conflict}` is empty on the fast path (see `insert_events`).
 macro_rules! insert_batch_sql {
     ($on_conflict:literal) => {
         concat!(
@@ -29,14 +29,16 @@ macro_rules! insert_batch_sql {
             " RETURNING id \
     ), queued AS ( \
         INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-            created_at, updated_at) \
-        SELECT j.id, j.event_id, j.destination, 'pending', 0, j.t, j.t, j.t \
-        FROM UNNEST($12::uuid[], $13::uuid[], $14::text[], $15::timestamptz[]) \
-            AS j(id, event_id, destination, t) \
+            locked_until, claim_token, created_at, updated_at) \
+        SELECT j.id, j.event_id, j.destination, \
+            CASE WHEN j.token IS NULL THEN 'pending' ELSE 'in_progress' END, \
+            CASE WHEN j.token IS NULL THEN 0 ELSE 1 END, j.t, j.lease, j.token, j.t, j.t \
+        FROM UNNEST($12::uuid[], $13::uuid[], $14::text[], $15::timestamptz[], \
+            $16::uuid[], $17::timestamptz[]) AS j(id, event_id, destination, t, token, lease) \
         WHERE j.event_id IN (SELECT id FROM created) \
-        RETURNING 1 \
+        RETURNING claim_token IS NULL AS queued \
     ), notified AS ( \
-        SELECT pg_notify($16, '') FROM (SELECT 1 FROM queued LIMIT 1) q \
+        SELECT pg_notify($18, '') FROM (SELECT 1 FROM queued WHERE queued LIMIT 1) q \
     ) \
     SELECT c.id FROM created c LEFT JOIN notified ON true"
         )
@@ -182,6 +184,8 @@ struct BatchArrays<'a> {
     job_events: Vec<Uuid>,
     job_destinations: Vec<&'a str>,
     job_times: Vec<chrono::DateTime<chrono::Utc>>,
+    job_tokens: Vec<Option<Uuid>>,
+    job_leases: Vec<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl<'a> BatchArrays<'a> {
@@ -199,11 +203,13 @@ impl<'a> BatchArrays<'a> {
             a.bodies.push(e.body);
             a.schemes.push(e.verified_scheme);
             a.secret_indexes.push(e.verified_secret_index);
-            for d in e.destinations {
-                a.job_ids.push(JobId::generate().as_uuid());
+            for (job, destination, claim) in e.jobs() {
+                a.job_ids.push(job.as_uuid());
                 a.job_events.push(e.id.as_uuid());
-                a.job_destinations.push(d.as_str());
+                a.job_destinations.push(destination.as_str());
                 a.job_times.push(e.received_at);
+                a.job_tokens.push(claim.map(|c| c.token));
+                a.job_leases.push(claim.map(|c| c.locked_until));
             }
         }
         a
@@ -232,6 +238,8 @@ async fn insert_batch(
         .bind(&a.job_events)
         .bind(&a.job_destinations)
         .bind(&a.job_times)
+        .bind(&a.job_tokens)
+        .bind(&a.job_leases)
         .bind(JOBS_CHANNEL)
         .fetch_all(conn)
         .await

@@ -11,14 +11,14 @@ use std::sync::OnceLock;
 use sqlx::{Sqlite, Transaction};
 
 use super::{millis, parse_uuid};
-use crate::domain::{EventId, JobId};
+use crate::domain::EventId;
 use crate::store::{InsertOutcome, NewEvent, StoreError};
 
 /// Rows per statement are powers of two up to this, so a connection's statement cache holds
 /// a handful of shapes instead of one per batch size.
 const MAX_ROWS: usize = 64;
 const EVENT_PARAMS: usize = 11;
-const JOB_PARAMS: usize = 4;
+const JOB_PARAMS: usize = 6;
 // SQLite's default limit on a statement's parameters.
 const _: () = assert!(EVENT_PARAMS * MAX_ROWS < 32_766 && JOB_PARAMS * MAX_ROWS < 32_766);
 
@@ -57,9 +57,11 @@ fn jobs_statement(rows: usize) -> &'static str {
         rows,
         &CACHE,
         "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-         created_at, updated_at) SELECT column1, column2, column3, 'pending', 0, column4, \
-         column4, column4 FROM (VALUES {values})",
-        "(?, ?, ?, ?)",
+         locked_until, claim_token, created_at, updated_at) SELECT column1, column2, column3, \
+         CASE WHEN column5 IS NULL THEN 'pending' ELSE 'in_progress' END, \
+         CASE WHEN column5 IS NULL THEN 0 ELSE 1 END, column4, column6, column5, column4, \
+         column4 FROM (VALUES {values})",
+        "(?, ?, ?, ?, ?, ?)",
     )
 }
 
@@ -80,7 +82,8 @@ fn chunks(mut n: usize) -> impl Iterator<Item = usize> {
 }
 
 /// Inserts the (already deduplicated) events and the jobs of those it created, in `tx`.
-/// Returns each event's outcome, in order, and whether any job was queued.
+/// Returns each event's outcome, in order, and whether any job was queued for any worker
+/// (not claimed as it was made).
 pub(super) async fn insert_batch(
     tx: &mut Transaction<'_, Sqlite>,
     events: &[&NewEvent<'_>],
@@ -121,28 +124,32 @@ pub(super) async fn insert_batch(
         start += size;
     }
 
-    let mut jobs: Vec<(String, &str, &str, i64)> = Vec::new();
+    let mut jobs = Vec::new();
     for (e, id) in events.iter().zip(&ids) {
         if created.contains(id) {
-            for d in e.destinations {
-                jobs.push((
-                    JobId::generate().to_string(),
-                    id.as_str(),
-                    d.as_str(),
-                    millis(e.received_at),
-                ));
+            for (job, destination, claim) in e.jobs() {
+                jobs.push(JobRow {
+                    id: job.to_string(),
+                    event_id: id.as_str(),
+                    destination: destination.as_str(),
+                    at: millis(e.received_at),
+                    token: claim.map(|c| c.token.to_string()),
+                    locked_until: claim.map(|c| millis(c.locked_until)),
+                });
             }
         }
     }
     let mut start = 0;
     for size in chunks(jobs.len()) {
         let mut query = sqlx::query(jobs_statement(size));
-        for (job_id, event_id, destination, at) in &jobs[start..start + size] {
+        for job in &jobs[start..start + size] {
             query = query
-                .bind(job_id.as_str())
-                .bind(*event_id)
-                .bind(*destination)
-                .bind(*at);
+                .bind(job.id.as_str())
+                .bind(job.event_id)
+                .bind(job.destination)
+                .bind(job.at)
+                .bind(job.token.as_deref())
+                .bind(job.locked_until);
         }
         query.execute(&mut **tx).await?;
         start += size;
@@ -167,7 +174,18 @@ pub(super) async fn insert_batch(
             &existing,
         )?)));
     }
-    Ok((outcomes, !jobs.is_empty()))
+    let queued = jobs.iter().any(|j| j.token.is_none());
+    Ok((outcomes, queued))
+}
+
+/// A job row to insert; `token` and `locked_until` are set for a job claimed as it is made.
+struct JobRow<'a> {
+    id: String,
+    event_id: &'a str,
+    destination: &'a str,
+    at: i64,
+    token: Option<String>,
+    locked_until: Option<i64>,
 }
 
 #[cfg(test)]

@@ -386,6 +386,7 @@ pub fn new_event<'a>(
         verified_scheme: "stripe",
         verified_secret_index: 0,
         destinations: &[],
+        claims: &[],
     }
 }
 
