@@ -148,11 +148,11 @@ pub struct WorkerSettings {
     /// How long the worker lets work gather before its next claim or outcome statement.
     #[serde(default = "default_batch_window")]
     pub batch_window: String,
-    /// On SIGINT/SIGTERM, how long in-flight deliveries may take to finish.
     /// In a process that also ingests: new jobs go straight to this process's workers when
     /// they have room and no backlog, claimed in the transaction that creates them.
     #[serde(default = "default_handoff")]
     pub handoff: bool,
+    /// On SIGINT/SIGTERM, how long in-flight deliveries may take to finish.
     #[serde(default = "default_shutdown_grace")]
     pub shutdown_grace: String,
     /// How often the reconciler sweeps for expired leases and missing jobs.

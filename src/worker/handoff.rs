@@ -31,7 +31,7 @@ struct Inner {
     /// Caps deliveries in flight in this process (shared with the claim loop).
     global: Arc<Semaphore>,
     per_destination: BTreeMap<String, Destination>,
-    lease: Duration,
+    lease: chrono::Duration,
     /// Off until the worker runs, and again once it stops.
     open: AtomicBool,
     sender: mpsc::UnboundedSender<HandedOff>,
@@ -80,7 +80,7 @@ impl Handoff {
             inner: Arc::new(Inner {
                 global,
                 per_destination,
-                lease,
+                lease: chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30)),
                 open: AtomicBool::new(false),
                 sender,
                 receiver: Mutex::new(receiver),
@@ -99,13 +99,12 @@ impl Handoff {
         }
         let global = inner.global.clone().try_acquire_owned().ok()?;
         let local = d.slots.clone().try_acquire_owned().ok()?;
-        let lease = chrono::Duration::from_std(inner.lease).unwrap_or(chrono::Duration::MAX);
         Some(Reservation {
             permits: [global, local],
             claim: PreClaim {
                 job_id: JobId::generate(),
                 token: crate::domain::time_ordered_uuid(),
-                locked_until: now + lease,
+                locked_until: now + inner.lease,
             },
             handoff: self.clone(),
         })

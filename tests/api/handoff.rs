@@ -182,6 +182,10 @@ async fn a_running_worker_starts_handed_off_jobs_while_it_waits(backend: Backend
         1
     );
     let event = app.ingest_stripe("evt_second").await;
+    // Claimed in the ingest commit: never seen pending (a queued job would be, until the
+    // loop woke and claimed it).
+    let billing = app.job(event, "billing").await;
+    assert_ne!(billing.status, JobStatus::Pending, "handed off, not queued");
     let got = sink.wait_for("/billing", 2, Duration::from_secs(10)).await;
     assert_eq!(
         got.len(),

@@ -12,7 +12,8 @@ use crate::store::{batch, InsertOutcome, NewEvent, StoreError};
 
 /// Group commit's one statement. Jobs come pre-built for every event in the batch and are
 /// kept only for the events this statement created; the notification is sent only when a
-/// job was queued for any worker (not when every job was claimed as it was created). `{on_conflict}` is empty on the fast path (see `insert_events`).
+/// job was queued for any worker (not when every job was claimed as it was created).
+/// `{on_conflict}` is empty on the fast path (see `insert_events`).
 macro_rules! insert_batch_sql {
     ($on_conflict:literal) => {
         concat!(
