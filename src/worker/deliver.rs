@@ -179,8 +179,7 @@ impl Context {
         let lease = self.config.worker.lease;
         let (job_id, token) = (job.job_id, job.claim_token);
         tokio::spawn(async move {
-            let lease_chrono =
-                chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30));
+            let lease_chrono = super::lease_span(lease);
             loop {
                 tokio::time::sleep(lease / 3).await;
                 match store

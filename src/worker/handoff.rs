@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
@@ -63,7 +62,7 @@ impl Handoff {
     pub(super) fn new(
         global: Arc<Semaphore>,
         per_destination: &BTreeMap<String, Arc<Semaphore>>,
-        lease: Duration,
+        lease: chrono::Duration,
     ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
         let per_destination = per_destination
@@ -80,7 +79,7 @@ impl Handoff {
             inner: Arc::new(Inner {
                 global,
                 per_destination,
-                lease: chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30)),
+                lease,
                 open: AtomicBool::new(false),
                 sender,
                 receiver: Mutex::new(receiver),

@@ -40,6 +40,8 @@ pub struct Worker {
     per_destination: BTreeMap<String, Arc<Semaphore>>,
     /// Where this process's ingest passes the jobs it claimed as it made them.
     handoff: Handoff,
+    /// How long a claim reserves a job (`worker.lease`).
+    lease: chrono::Duration,
     /// Jobs claimed and not yet finished, to hand back on shutdown.
     in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
     finished: Arc<Notify>,
@@ -69,7 +71,8 @@ impl Worker {
             .map(|(name, d)| (name.clone(), Arc::new(Semaphore::new(d.max_in_flight))))
             .collect();
         let global = Arc::new(Semaphore::new(config.worker.concurrency));
-        let handoff = Handoff::new(global.clone(), &per_destination, config.worker.lease);
+        let lease = lease_span(config.worker.lease);
+        let handoff = Handoff::new(global.clone(), &per_destination, lease);
         Self {
             id: format!(
                 "{}-{}-{}",
@@ -83,6 +86,7 @@ impl Worker {
             deliverer: Deliverer::new(),
             per_destination,
             handoff,
+            lease,
             in_flight: Arc::default(),
             finished: Arc::default(),
             deliveries: OnceLock::new(),
@@ -268,8 +272,7 @@ impl Worker {
         now: DateTime<Utc>,
         tasks: &mut JoinSet<()>,
     ) -> Result<Claims, StoreError> {
-        let lease = chrono::Duration::from_std(self.config.worker.lease)
-            .unwrap_or(chrono::Duration::seconds(30));
+        let lease = self.lease;
         let mut claims = Claims::default();
         for (name, slots) in &self.per_destination {
             let room = slots
@@ -348,6 +351,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// `worker.lease` as the store's clocks take it; 30 s should it be out of chrono's range.
+fn lease_span(lease: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30))
 }
 
 /// A delivery's slots (the process's and its destination's).
