@@ -3,6 +3,7 @@
 //! a process crash only); writers queue on the write lock (busy timeout).
 
 mod admin;
+mod checkpoints;
 mod ingest;
 mod missing_jobs;
 mod retention;
@@ -94,30 +95,17 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Checkpoints the WAL every `every` while the pool is open. PASSIVE never waits for
-    /// readers or the writer, so it never delays a commit; what it cannot copy yet, the next
-    /// round does.
+    /// Checkpoints the WAL every `every` while the pool is open, at idle CPU priority
+    /// (`checkpoints`). PASSIVE never waits for readers or the writer, so it never delays a
+    /// commit; what it cannot copy yet, the next round does.
     pub fn spawn_checkpoints(&self, every: std::time::Duration) {
-        let store = self.clone();
-        tokio::spawn(async move {
-            while !store.pool.is_closed() {
-                tokio::time::sleep(every).await;
-                if let Err(e) = store.checkpoint().await {
-                    if !store.pool.is_closed() {
-                        tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
-                    }
-                }
-            }
-        });
+        tokio::spawn(checkpoints::run(self.pool.clone(), every));
     }
 
-    /// One PASSIVE checkpoint: (frames in the WAL, frames now copied into the database).
+    /// One PASSIVE checkpoint on a pooled connection: (frames in the WAL, frames now copied
+    /// into the database).
     pub async fn checkpoint(&self) -> Result<(i64, i64), StoreError> {
-        let (_busy, log, copied): (i64, i64, i64) =
-            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-                .fetch_one(&self.pool)
-                .await?;
-        Ok((log, copied))
+        checkpoints::checkpoint(&self.pool).await
     }
 
     /// Takes and releases the write lock: with SQLite, "can store" means "can get that lock".

@@ -35,3 +35,136 @@ async fn the_configured_synchronous_level_and_no_auto_checkpoint_apply() {
     assert_eq!(pragma(&normal, "synchronous").await, 1);
     assert_eq!(pragma(&normal, "wal_autocheckpoint").await, 0);
 }
+
+/// The scheduling policy of each of this process's threads named `name`, from
+/// `/proc/self/task/*/stat` (field 41; 5 is `SCHED_IDLE`).
+#[cfg(target_os = "linux")]
+fn policies_of_threads_named(name: &str) -> Vec<u32> {
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap().path();
+        let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
+            continue; // the thread ended meanwhile
+        };
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap();
+        // Fields after the parenthesised name start at field 3.
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy = after_name.split(' ').nth(41 - 3).unwrap();
+        policies.push(policy.parse().unwrap());
+    }
+    policies
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_run_on_an_idle_priority_thread_and_copy_the_wal() {
+    const SCHED_IDLE: u32 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, SqliteSynchronous::Normal);
+    store.migrate().await.unwrap();
+    let (mut conn, idle) = super::checkpoints::connect_idle(&store.pool.connect_options())
+        .await
+        .unwrap();
+    assert!(idle, "the thread could not take the idle policy");
+    let policies = policies_of_threads_named(super::checkpoints::THREAD_NAME);
+    assert!(!policies.is_empty(), "no thread named for checkpoints");
+    assert!(
+        policies.iter().all(|&p| p == SCHED_IDLE),
+        "checkpoint threads' policies: {policies:?}"
+    );
+    // The pooled connections' threads ("sqlx-sqlite-worker-N", cut to 15 bytes) keep theirs.
+    let pooled = policies_of_threads_named("sqlx-sqlite-wor");
+    assert!(
+        !pooled.is_empty() && !pooled.contains(&SCHED_IDLE),
+        "{pooled:?}"
+    );
+
+    fill(&store, 100_000).await;
+    let (frames, copied) = super::checkpoints::checkpoint(&mut conn).await.unwrap();
+    assert!(frames > 25, "the WAL held {frames} frames");
+    assert_eq!(copied, frames, "a quiet database's WAL is copied whole");
+}
+
+#[test]
+fn a_starved_idle_checkpoint_is_followed_by_one_at_normal_priority() {
+    use super::checkpoints::{next_priority, Priority};
+    let every = Duration::from_millis(250);
+    assert_eq!(next_priority(None, every), Priority::Idle);
+    let quick = Duration::from_millis(30);
+    assert_eq!(
+        next_priority(Some((Priority::Idle, quick)), every),
+        Priority::Idle
+    );
+    let starved = Duration::from_secs(2);
+    assert_eq!(
+        next_priority(Some((Priority::Idle, starved)), every),
+        Priority::Normal
+    );
+    // One normal round catches up; the one after is idle again, however long that took.
+    assert_eq!(
+        next_priority(Some((Priority::Normal, starved)), every),
+        Priority::Idle
+    );
+}
+
+async fn fill(store: &SqliteStore, bytes: usize) {
+    sqlx::query("CREATE TABLE IF NOT EXISTS filler (x BLOB)")
+        .execute(&store.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO filler VALUES (zeroblob(?))")
+        .bind(bytes as i64)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it() {
+    use super::checkpoints::Checkpointer;
+    use sqlx::sqlite::SqliteConnection;
+    use sqlx::Connection;
+    let every = Duration::from_millis(250);
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, SqliteSynchronous::Normal);
+    store.migrate().await.unwrap();
+    fill(&store, 100_000).await;
+
+    let below = Checkpointer::new(store.pool.clone(), 1_000_000)
+        .round(every)
+        .await
+        .unwrap();
+    assert!(below.frames > 25 && !below.restarted, "{below:?}");
+
+    fill(&store, 100_000).await;
+    let mut bounded = Checkpointer::new(store.pool.clone(), 10);
+    let at_bound = bounded.round(every).await.unwrap();
+    assert!(at_bound.restarted, "{at_bound:?}");
+    fill(&store, 10).await;
+    let (frames, _) = store.checkpoint().await.unwrap();
+    assert!(frames < 10, "the next commit was written at frame {frames}");
+
+    // A reader still on an older snapshot: the restart gives up within its short wait
+    // (writers are held off meanwhile) instead of the pool's 5 s busy timeout.
+    let mut reader = SqliteConnection::connect_with(&store.pool.connect_options())
+        .await
+        .unwrap();
+    let mut snapshot = reader.begin().await.unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT count(*) FROM filler")
+        .fetch_one(&mut *snapshot)
+        .await
+        .unwrap();
+    fill(&store, 100_000).await;
+    let started = std::time::Instant::now();
+    let held = bounded.round(every).await.unwrap();
+    assert!(!held.restarted, "{held:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    snapshot.rollback().await.unwrap();
+}

@@ -1,0 +1,216 @@
+//! WAL checkpoints: on a connection whose thread has the lowest CPU priority, and a restart of
+//! the WAL whenever it has grown past a bound.
+//!
+//! A checkpoint copies every page the WAL holds back into the database file: CPU work, done
+//! every 250 ms, that competed with the commits it follows (on a quiet 2-core machine it
+//! doubled ingest's p99 at half rate, bench/RESULTS.md). sqlx runs each SQLite connection on
+//! a thread of its own, spawned by whichever thread opens the connection, and a Linux thread
+//! starts with its parent's scheduling policy; so the checkpoint connection is opened from a
+//! short-lived thread that first puts itself in `SCHED_IDLE`. Its checkpoints then run only on
+//! CPU time no other thread of the machine wants. On a machine kept busy they would get
+//! almost none (an idle thread weighs 3 against a normal one's 1,024), so a round that took
+//! much longer than the interval counts as starved, and the next runs at normal priority.
+//!
+//! A PASSIVE checkpoint never starts the WAL over: only a commit that begins just after a
+//! checkpoint has copied every frame does, which under steady load almost never happens. The
+//! WAL then grew by ~20 kB per event (4 GB in 30 s of saturation), and once its early pages
+//! had gone cold and left the page cache, every commit that finally wrote over them had to
+//! read them back from disk first (frames are 4,120 bytes, so each write covers part of a
+//! page). So once the WAL holds `restart_after_frames` frames, the round is followed by a
+//! RESTART checkpoint, which holds off writers while it copies the few frames since the
+//! PASSIVE one and starts the WAL from its beginning.
+
+use std::time::{Duration, Instant};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
+use sqlx::{ConnectOptions, Connection, Executor, Sqlite};
+
+use crate::store::StoreError;
+
+/// The checkpoint connection's thread, as `top -H` and `/proc/<pid>/task/*/comm` show it.
+pub const THREAD_NAME: &str = "wal-checkpoint";
+
+/// WAL frames (of 4 KiB pages: 256 MiB) past which a round also restarts the WAL.
+pub const RESTART_AFTER_FRAMES: i64 = 65_536;
+
+/// How long a restart waits for the writer to commit and then for readers to move on; it
+/// holds off writers meanwhile, so it gives up early and tries again next round.
+const RESTART_WAIT: Duration = Duration::from_millis(50);
+
+/// An idle round that took longer than this many intervals was starved.
+const STARVED_AFTER_INTERVALS: u32 = 4;
+
+/// Which connection a round runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// The connection of its own, on a `SCHED_IDLE` thread.
+    Idle,
+    /// A pooled connection, at the priority of the rest of the process.
+    Normal,
+}
+
+/// The next round's priority, from how the last one went.
+pub fn next_priority(last: Option<(Priority, Duration)>, every: Duration) -> Priority {
+    match last {
+        Some((Priority::Idle, took)) if took > every * STARVED_AFTER_INTERVALS => Priority::Normal,
+        _ => Priority::Idle,
+    }
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    pub priority: Priority,
+    /// Frames in the WAL when the checkpoint ran, and how many of them it copied.
+    pub frames: i64,
+    pub copied: i64,
+    /// Whether the WAL was started over after it.
+    pub restarted: bool,
+}
+
+/// The checkpoints of one SQLite database, a round at a time.
+pub struct Checkpointer {
+    pool: SqlitePool,
+    restart_after_frames: i64,
+    idle_conn: Option<SqliteConnection>,
+    /// A connection at normal priority: a restart holds off writers, so it must not wait for
+    /// CPU time behind them.
+    restart_conn: Option<SqliteConnection>,
+    last: Option<(Priority, Duration)>,
+}
+
+impl Checkpointer {
+    pub fn new(pool: SqlitePool, restart_after_frames: i64) -> Self {
+        Self {
+            pool,
+            restart_after_frames,
+            idle_conn: None,
+            restart_conn: None,
+            last: None,
+        }
+    }
+
+    /// One PASSIVE checkpoint, at idle priority unless the last one starved, then a restart
+    /// if the WAL has grown past the bound.
+    pub async fn round(&mut self, every: Duration) -> Result<Round, StoreError> {
+        let result = self.checkpoint_and_restart(every).await;
+        if result.is_err() {
+            // New connections next round: these may be what failed.
+            self.idle_conn = None;
+            self.restart_conn = None;
+        }
+        result
+    }
+
+    async fn checkpoint_and_restart(&mut self, every: Duration) -> Result<Round, StoreError> {
+        let priority = next_priority(self.last, every);
+        let started = Instant::now();
+        let (frames, copied) = match priority {
+            Priority::Normal => {
+                tracing::debug!("the last WAL checkpoint was starved; this one at normal priority");
+                checkpoint(&self.pool).await?
+            }
+            Priority::Idle => {
+                if self.idle_conn.is_none() {
+                    self.idle_conn = Some(connect_idle(&self.pool.connect_options()).await?.0);
+                }
+                checkpoint(self.idle_conn.as_mut().expect("connected above")).await?
+            }
+        };
+        self.last = Some((priority, started.elapsed()));
+        let mut restarted = false;
+        if frames >= self.restart_after_frames {
+            if self.restart_conn.is_none() {
+                let options = SqliteConnectOptions::clone(&self.pool.connect_options())
+                    .busy_timeout(RESTART_WAIT);
+                self.restart_conn = Some(options.connect().await?);
+            }
+            let conn = self.restart_conn.as_mut().expect("connected above");
+            let (busy, _, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(RESTART)")
+                .fetch_one(conn)
+                .await?;
+            // Busy: a writer or a reader outlasted RESTART_WAIT; the next round tries again.
+            restarted = busy == 0;
+        }
+        Ok(Round {
+            priority,
+            frames,
+            copied,
+            restarted,
+        })
+    }
+
+    async fn close(self) {
+        for conn in [self.idle_conn, self.restart_conn].into_iter().flatten() {
+            let _ = conn.close().await;
+        }
+    }
+}
+
+/// Checkpoints every `every` until the pool closes.
+pub async fn run(pool: SqlitePool, every: Duration) {
+    let mut checkpointer = Checkpointer::new(pool.clone(), RESTART_AFTER_FRAMES);
+    while !pool.is_closed() {
+        tokio::time::sleep(every).await;
+        if let Err(e) = checkpointer.round(every).await {
+            if !pool.is_closed() {
+                tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+            }
+        }
+    }
+    checkpointer.close().await;
+}
+
+/// The checkpoint connection, and whether its thread got the idle policy (it runs at normal
+/// priority where the platform has no such policy or refuses it).
+pub async fn connect_idle(
+    options: &SqliteConnectOptions,
+) -> Result<(SqliteConnection, bool), StoreError> {
+    let options = options.clone().thread_name(|_| THREAD_NAME.to_owned());
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("wal-checkpoint-open".into())
+        .spawn(move || {
+            let idle = lower_this_threads_priority();
+            // `connect` spawns the connection's thread from this one, which it inherits from.
+            let connected = runtime.block_on(options.connect());
+            let _ = tx.send(connected.map(|conn| (conn, idle)));
+        })
+        .map_err(sqlx::Error::Io)?;
+    let (conn, idle) = rx.await.map_err(|_| sqlx::Error::WorkerCrashed)??;
+    if !idle {
+        tracing::info!("WAL checkpoints run at normal priority (no SCHED_IDLE here)");
+    }
+    Ok((conn, idle))
+}
+
+/// One PASSIVE checkpoint: (frames in the WAL, frames now copied into the database).
+pub async fn checkpoint<'e, E>(executor: E) -> Result<(i64, i64), StoreError>
+where
+    E: Executor<'e, Database = Sqlite>,
+{
+    let (_busy, log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+        .fetch_one(executor)
+        .await?;
+    Ok((log, copied))
+}
+
+#[cfg(target_os = "linux")]
+fn lower_this_threads_priority() -> bool {
+    use thread_priority::{
+        set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+        ThreadPriority, ThreadSchedulePolicy,
+    };
+    set_thread_priority_and_policy(
+        thread_native_id(),
+        ThreadPriority::Min,
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+    )
+    .is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_this_threads_priority() -> bool {
+    false
+}
