@@ -61,9 +61,8 @@ pub fn next_priority(last: Option<(Priority, Duration)>, every: Duration) -> Pri
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Round {
     pub priority: Priority,
-    /// Frames in the WAL when the checkpoint ran, and how many of them it copied.
+    /// Frames in the WAL when the checkpoint ran.
     pub frames: i64,
-    pub copied: i64,
     /// Whether the WAL was started over after it.
     pub restarted: bool,
 }
@@ -71,6 +70,7 @@ pub struct Round {
 /// The checkpoints of one SQLite database, a round at a time.
 pub struct Checkpointer {
     pool: SqlitePool,
+    every: Duration,
     restart_after_frames: i64,
     idle_conn: Option<SqliteConnection>,
     /// A connection at normal priority: a restart holds off writers, so it must not wait for
@@ -80,9 +80,10 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    pub fn new(pool: SqlitePool, restart_after_frames: i64) -> Self {
+    pub fn new(pool: SqlitePool, every: Duration, restart_after_frames: i64) -> Self {
         Self {
             pool,
+            every,
             restart_after_frames,
             idle_conn: None,
             restart_conn: None,
@@ -92,8 +93,8 @@ impl Checkpointer {
 
     /// One PASSIVE checkpoint, at idle priority unless the last one starved, then a restart
     /// if the WAL has grown past the bound.
-    pub async fn round(&mut self, every: Duration) -> Result<Round, StoreError> {
-        let result = self.checkpoint_and_restart(every).await;
+    pub async fn round(&mut self) -> Result<Round, StoreError> {
+        let result = self.checkpoint_and_restart().await;
         if result.is_err() {
             // New connections next round: these may be what failed.
             self.idle_conn = None;
@@ -102,10 +103,10 @@ impl Checkpointer {
         result
     }
 
-    async fn checkpoint_and_restart(&mut self, every: Duration) -> Result<Round, StoreError> {
-        let priority = next_priority(self.last, every);
+    async fn checkpoint_and_restart(&mut self) -> Result<Round, StoreError> {
+        let priority = next_priority(self.last, self.every);
         let started = Instant::now();
-        let (frames, copied) = match priority {
+        let (frames, _copied) = match priority {
             Priority::Normal => {
                 tracing::debug!("the last WAL checkpoint was starved; this one at normal priority");
                 checkpoint(&self.pool).await?
@@ -126,16 +127,12 @@ impl Checkpointer {
                 self.restart_conn = Some(options.connect().await?);
             }
             let conn = self.restart_conn.as_mut().expect("connected above");
-            let (busy, _, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(RESTART)")
-                .fetch_one(conn)
-                .await?;
             // Busy: a writer or a reader outlasted RESTART_WAIT; the next round tries again.
-            restarted = busy == 0;
+            restarted = !wal_checkpoint(conn, "RESTART").await?.busy;
         }
         Ok(Round {
             priority,
             frames,
-            copied,
             restarted,
         })
     }
@@ -149,10 +146,10 @@ impl Checkpointer {
 
 /// Checkpoints every `every` until the pool closes.
 pub async fn run(pool: SqlitePool, every: Duration) {
-    let mut checkpointer = Checkpointer::new(pool.clone(), RESTART_AFTER_FRAMES);
+    let mut checkpointer = Checkpointer::new(pool.clone(), every, RESTART_AFTER_FRAMES);
     while !pool.is_closed() {
         tokio::time::sleep(every).await;
-        if let Err(e) = checkpointer.round(every).await {
+        if let Err(e) = checkpointer.round().await {
             if !pool.is_closed() {
                 tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
             }
@@ -190,10 +187,31 @@ pub async fn checkpoint<'e, E>(executor: E) -> Result<(i64, i64), StoreError>
 where
     E: Executor<'e, Database = Sqlite>,
 {
-    let (_busy, log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-        .fetch_one(executor)
-        .await?;
-    Ok((log, copied))
+    let done = wal_checkpoint(executor, "PASSIVE").await?;
+    Ok((done.frames, done.copied))
+}
+
+/// What `PRAGMA wal_checkpoint` reports.
+struct Checkpointed {
+    /// It could not finish: a lock it waits for (RESTART) stayed taken.
+    busy: bool,
+    frames: i64,
+    copied: i64,
+}
+
+async fn wal_checkpoint<'e, E>(executor: E, mode: &'static str) -> Result<Checkpointed, StoreError>
+where
+    E: Executor<'e, Database = Sqlite>,
+{
+    let (busy, frames, copied): (i64, i64, i64) =
+        sqlx::query_as(&format!("PRAGMA wal_checkpoint({mode})"))
+            .fetch_one(executor)
+            .await?;
+    Ok(Checkpointed {
+        busy: busy != 0,
+        frames,
+        copied,
+    })
 }
 
 #[cfg(target_os = "linux")]

@@ -86,6 +86,20 @@ async fn checkpoints_run_on_an_idle_priority_thread_and_copy_the_wal() {
     let (frames, copied) = super::checkpoints::checkpoint(&mut conn).await.unwrap();
     assert!(frames > 25, "the WAL held {frames} frames");
     assert_eq!(copied, frames, "a quiet database's WAL is copied whole");
+
+    // The background rounds open such a thread of their own (`conn`'s is still alive).
+    let mut checkpointer = super::checkpoints::Checkpointer::new(
+        store.pool.clone(),
+        Duration::from_millis(250),
+        1_000_000,
+    );
+    let round = checkpointer.round().await.unwrap();
+    assert_eq!(round.priority, super::checkpoints::Priority::Idle);
+    let policies = policies_of_threads_named(super::checkpoints::THREAD_NAME);
+    assert!(
+        policies.len() >= 2 && policies.iter().all(|&p| p == SCHED_IDLE),
+        "checkpoint threads' policies after a round: {policies:?}"
+    );
 }
 
 #[test]
@@ -133,15 +147,15 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
     store.migrate().await.unwrap();
     fill(&store, 100_000).await;
 
-    let below = Checkpointer::new(store.pool.clone(), 1_000_000)
-        .round(every)
+    let below = Checkpointer::new(store.pool.clone(), every, 1_000_000)
+        .round()
         .await
         .unwrap();
     assert!(below.frames > 25 && !below.restarted, "{below:?}");
 
     fill(&store, 100_000).await;
-    let mut bounded = Checkpointer::new(store.pool.clone(), 10);
-    let at_bound = bounded.round(every).await.unwrap();
+    let mut bounded = Checkpointer::new(store.pool.clone(), every, 10);
+    let at_bound = bounded.round().await.unwrap();
     assert!(at_bound.restarted, "{at_bound:?}");
     fill(&store, 10).await;
     let (frames, _) = store.checkpoint().await.unwrap();
@@ -159,7 +173,7 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
         .unwrap();
     fill(&store, 100_000).await;
     let started = std::time::Instant::now();
-    let held = bounded.round(every).await.unwrap();
+    let held = bounded.round().await.unwrap();
     assert!(!held.restarted, "{held:?}");
     assert!(
         started.elapsed() < Duration::from_secs(2),
