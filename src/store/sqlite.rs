@@ -41,6 +41,8 @@ pub struct SqliteStore {
     /// Ingest's writer keeps its connection between batches: each trip through the pool
     /// costs two pings, each a hand-off to the connection's thread and back.
     ingest_connections: Arc<HeldConnections<Sqlite>>,
+    /// Taken by ingest's writer for each transaction and by the WAL restart (`checkpoints`).
+    write_turn: checkpoints::WriteTurn,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -87,6 +89,7 @@ impl SqliteStore {
             ingest_connections: Arc::new(HeldConnections::new(pool.clone())),
             pool,
             job_signal: Arc::new(Notify::new()),
+            write_turn: Arc::default(),
         })
     }
 
@@ -99,7 +102,11 @@ impl SqliteStore {
     /// (`checkpoints`). PASSIVE never waits for readers or the writer, so it never delays a
     /// commit; what it cannot copy yet, the next round does.
     pub fn spawn_checkpoints(&self, every: std::time::Duration) {
-        tokio::spawn(checkpoints::run(self.pool.clone(), every));
+        tokio::spawn(checkpoints::run(
+            self.pool.clone(),
+            every,
+            self.write_turn.clone(),
+        ));
     }
 
     /// One PASSIVE checkpoint on a pooled connection: (frames in the WAL, frames now copied
@@ -125,6 +132,7 @@ impl SqliteStore {
         let (outcomes, queued) = self
             .ingest_connections
             .run(async |conn: &mut SqliteConnection| {
+                let _turn = self.write_turn.lock().await;
                 // IMMEDIATE takes the write lock up front, so the transaction never has to
                 // upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
                 let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;

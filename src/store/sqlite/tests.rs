@@ -92,6 +92,7 @@ async fn checkpoints_run_on_an_idle_priority_thread_and_copy_the_wal() {
         store.pool.clone(),
         Duration::from_millis(250),
         1_000_000,
+        store.write_turn.clone(),
     );
     let round = checkpointer.round().await.unwrap();
     assert_eq!(round.priority, super::checkpoints::Priority::Idle);
@@ -147,14 +148,19 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
     store.migrate().await.unwrap();
     fill(&store, 100_000).await;
 
-    let below = Checkpointer::new(store.pool.clone(), every, 1_000_000)
-        .round()
-        .await
-        .unwrap();
+    let below = Checkpointer::new(
+        store.pool.clone(),
+        every,
+        1_000_000,
+        store.write_turn.clone(),
+    )
+    .round()
+    .await
+    .unwrap();
     assert!(below.frames > 25 && !below.restarted, "{below:?}");
 
     fill(&store, 100_000).await;
-    let mut bounded = Checkpointer::new(store.pool.clone(), every, 10);
+    let mut bounded = Checkpointer::new(store.pool.clone(), every, 10, store.write_turn.clone());
     let at_bound = bounded.round().await.unwrap();
     assert!(at_bound.restarted, "{at_bound:?}");
     fill(&store, 10).await;
@@ -181,4 +187,71 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
         started.elapsed()
     );
     snapshot.rollback().await.unwrap();
+}
+
+/// Whether `task` is still waiting after a while in which, unblocked, it would have finished.
+async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    !task.is_finished()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_lock() {
+    use super::checkpoints::Checkpointer;
+    use crate::domain::{Name, ProviderEventId};
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, SqliteSynchronous::Normal);
+    store.migrate().await.unwrap();
+    fill(&store, 100_000).await;
+
+    // An ingest transaction has the turn: the restart waits for it.
+    let ingesting = store.write_turn.clone().lock_owned().await;
+    let mut checkpointer = Checkpointer::new(
+        store.pool.clone(),
+        Duration::from_millis(250),
+        10,
+        store.write_turn.clone(),
+    );
+    let round = tokio::spawn(async move { checkpointer.round().await });
+    assert!(
+        still_waiting(&round).await,
+        "the restart did not wait its turn"
+    );
+    drop(ingesting);
+    let round = round.await.unwrap().unwrap();
+    assert!(round.restarted, "{round:?}");
+
+    // A restart has the turn: ingest waits for it, then stores.
+    let restarting = store.write_turn.clone().lock_owned().await;
+    let writer = store.clone();
+    let insert = tokio::spawn(async move {
+        let (tenant, source) = (
+            Name::parse("tenant", "acme").unwrap(),
+            Name::parse("source", "stripe").unwrap(),
+        );
+        let id = ProviderEventId::parse("evt_1").unwrap();
+        let event = crate::store::NewEvent {
+            id: crate::domain::EventId::generate(),
+            tenant: &tenant,
+            source: &source,
+            provider_event_id: &id,
+            event_type: None,
+            received_at: chrono::Utc::now(),
+            content_type: None,
+            headers_json: "[]".into(),
+            body: b"{}",
+            verified_scheme: "stripe",
+            verified_secret_index: 0,
+            destinations: &[],
+            claims: &[],
+        };
+        writer.insert_events(&[event]).await
+    });
+    assert!(still_waiting(&insert).await, "ingest did not wait its turn");
+    drop(restarting);
+    let outcomes = insert.await.unwrap().unwrap();
+    assert!(
+        matches!(outcomes[..], [crate::store::InsertOutcome::Created(_)]),
+        "{outcomes:?}"
+    );
 }
