@@ -43,6 +43,16 @@ pub struct SqliteStore {
     ingest_connections: Arc<HeldConnections<Sqlite>>,
     /// Taken by ingest's writer for each transaction and by the WAL restart (`checkpoints`).
     write_turn: checkpoints::WriteTurn,
+    /// The checkpoint task and what stops it. Its connections must close after the pool's
+    /// and before the process exits, or SQLite cannot fold the WAL into the database and
+    /// delete it (`checkpoints::run`).
+    checkpoints: Arc<std::sync::Mutex<Option<CheckpointTask>>>,
+}
+
+#[derive(Debug)]
+struct CheckpointTask {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -90,6 +100,7 @@ impl SqliteStore {
             pool,
             job_signal: Arc::new(Notify::new()),
             write_turn: Arc::default(),
+            checkpoints: Arc::default(),
         })
     }
 
@@ -102,11 +113,22 @@ impl SqliteStore {
     /// (`checkpoints`). PASSIVE never waits for readers or the writer, so it never delays a
     /// commit; what it cannot copy yet, the next round does.
     pub fn spawn_checkpoints(&self, every: std::time::Duration) {
-        tokio::spawn(checkpoints::run(
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(checkpoints::run(
             self.pool.clone(),
             every,
             self.write_turn.clone(),
+            stopped,
         ));
+        // A second call replaces the first task, which its dropped sender stops.
+        let _earlier = self
+            .checkpoint_task()
+            .replace(CheckpointTask { stop, task });
+    }
+
+    fn checkpoint_task(&self) -> std::sync::MutexGuard<'_, Option<CheckpointTask>> {
+        // Holding this lock never panics midway, so a poisoned one is still consistent.
+        self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// One PASSIVE checkpoint on a pooled connection: (frames in the WAL, frames now copied
@@ -427,9 +449,17 @@ impl SqliteStore {
             .await?)
     }
 
+    /// Closes every connection, the checkpoint task's last, once the pool's have closed: the
+    /// last connection to close folds the WAL into the database and deletes it.
     pub async fn close(&self) {
         self.ingest_connections.release_all();
         self.pool.close().await;
+        let checkpoints = self.checkpoint_task().take();
+        if let Some(CheckpointTask { stop, task }) = checkpoints {
+            let _ = stop.send(());
+            // An error here is only a panic, already reported.
+            let _ = task.await;
+        }
     }
 }
 

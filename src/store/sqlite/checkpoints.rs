@@ -117,8 +117,7 @@ impl Checkpointer {
         let result = self.checkpoint_and_restart().await;
         if result.is_err() {
             // New connections next round: these may be what failed.
-            self.idle_conn = None;
-            self.restart_conn = None;
+            self.close_connections().await;
         }
         result
     }
@@ -173,25 +172,42 @@ impl Checkpointer {
         })
     }
 
-    async fn close(self) {
-        for conn in [self.idle_conn, self.restart_conn].into_iter().flatten() {
+    /// Closes rather than drops: a dropped connection closes later, on its own thread, and
+    /// the WAL is deleted only when the last connection has closed.
+    async fn close_connections(&mut self) {
+        for conn in [self.idle_conn.take(), self.restart_conn.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = conn.close().await;
         }
     }
 }
 
-/// Checkpoints every `every` until the pool closes.
-pub async fn run(pool: SqlitePool, every: Duration, write_turn: WriteTurn) {
+/// Checkpoints every `every` until `stop` fires or is dropped, then closes its connections.
+/// The store stops it only once the pool has closed, so that these are the last connections
+/// to close: it is the last one that folds the WAL into the database and deletes it, and two
+/// closing at once each see the other still open.
+pub async fn run(
+    pool: SqlitePool,
+    every: Duration,
+    write_turn: WriteTurn,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) {
     let mut checkpointer = Checkpointer::new(pool.clone(), every, RESTART_AFTER_FRAMES, write_turn);
-    while !pool.is_closed() {
-        tokio::time::sleep(every).await;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = &mut stop => break,
+        }
         if let Err(e) = checkpointer.round().await {
             if !pool.is_closed() {
                 tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
             }
         }
     }
-    checkpointer.close().await;
+    checkpointer.close_connections().await;
 }
 
 /// The checkpoint connection, and whether its thread got the idle policy (it runs at normal

@@ -255,3 +255,18 @@ async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_loc
         "{outcomes:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_store_closes_the_checkpoint_connections_so_the_wal_is_folded_in_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, SqliteSynchronous::Full);
+    store.migrate().await.unwrap();
+    store.spawn_checkpoints(Duration::from_millis(20));
+    fill(&store, 100_000).await;
+    // Rounds have opened the checkpoint task's connection by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let wal = dir.path().join("s.db-wal");
+    assert!(wal.exists(), "no WAL to begin with");
+    store.close().await;
+    assert!(!wal.exists(), "the WAL outlived the store's close");
+}
