@@ -132,9 +132,12 @@ async fn sqlite_level(ctx: &Ctx, level: Level) -> anyhow::Result<(SqliteLevel, S
         gateway::migrate(&ctx.gw, &GwConfig::new(ctx.sqlite_url(&loop_name), NO_SINK))?;
         let plain = sqlite_loop::run(&loop_db, level, ctx.secs(20, 3), ctx.body_size).await?;
         println!(
-            "    plain insert loop (1 event + 1 job per transaction, WAL, synchronous={}): {:.0} events/s",
+            "    plain insert loop (1 event + 1 job per transaction, WAL, synchronous={}): {:.0} events/s, transaction p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
             level.pragma(),
-            plain.events_per_s
+            plain.events_per_s,
+            plain.transaction.p50_ms,
+            plain.transaction.p99_ms,
+            plain.transaction.p999_ms
         );
         let ratio = gw.max.throughput / plain.events_per_s.max(1e-9);
         println!(

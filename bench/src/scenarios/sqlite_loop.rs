@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::payload::{body, stored_headers_json, Scheme};
+use crate::stats::{LatencySummary, Samples};
 
 /// `PRAGMA synchronous` levels measured, each in WAL mode: FULL, the gateway's default (a
 /// committed event survives a process crash and a power loss), and NORMAL (it survives a
@@ -51,6 +52,9 @@ pub struct PlainLoop {
     pub events: u64,
     pub seconds: f64,
     pub events_per_s: f64,
+    /// One transaction, `BEGIN` to durable `COMMIT`, with nothing else writing: the floor
+    /// under any request latency the gateway can reach on this disk.
+    pub transaction: LatencySummary,
 }
 
 fn options(path: &Path, level: Level) -> anyhow::Result<SqliteConnectOptions> {
@@ -95,11 +99,13 @@ pub async fn run(
     let headers = stored_headers_json(Scheme::Stripe, "evt_loop");
     let clock = Instant::now();
     let mut n = 0u64;
+    let mut transactions = Samples::with_capacity(1 << 16);
     while clock.elapsed() < duration {
         let event_id = uuid::Uuid::now_v7().to_string();
         let provider_id = format!("evt_loop_{n}");
         let now = chrono::Utc::now().timestamp_millis();
         let bytes = body(Scheme::Stripe, &provider_id, now / 1000, body_size);
+        let began = Instant::now();
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
         let created: Option<String> = sqlx::query_scalar(
             "INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
@@ -133,6 +139,7 @@ pub async fn run(
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        transactions.record(began.elapsed());
         n += 1;
     }
     let seconds = clock.elapsed().as_secs_f64();
@@ -142,5 +149,6 @@ pub async fn run(
         events: n,
         seconds,
         events_per_s: n as f64 / seconds,
+        transaction: transactions.summary(),
     })
 }
