@@ -14,6 +14,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
@@ -137,6 +138,18 @@ impl SqliteStore {
         checkpoints::checkpoint(&self.pool).await
     }
 
+    /// A pooled connection, then this process's write turn (`checkpoints::WriteTurn`), for a
+    /// write transaction that waits its turn here rather than in SQLite's busy handler. Always
+    /// in that order, as ingest's writer takes them: a task holding the turn then never
+    /// waits for a connection held by one waiting for the turn.
+    pub(super) async fn write_connection(
+        &self,
+    ) -> Result<(PoolConnection<Sqlite>, tokio::sync::OwnedMutexGuard<()>), StoreError> {
+        let conn = self.pool.acquire().await?;
+        let turn = self.write_turn.clone().lock_owned().await;
+        Ok((conn, turn))
+    }
+
     /// Takes and releases the write lock: with SQLite, "can store" means "can get that lock".
     pub async fn ping(&self) -> Result<(), StoreError> {
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -255,7 +268,8 @@ impl SqliteStore {
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         let token = crate::domain::time_ordered_uuid();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         // One statement picks and claims: with the write lock held, no other claimer can
         // see these rows as pending in between.
         let claimed = sqlx::query(
@@ -304,7 +318,8 @@ impl SqliteStore {
     /// All outcomes in one transaction (one commit, one fsync); each update applies only
     /// where its claim token still holds the job, and each attempt is recorded.
     pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let mut applied = Vec::with_capacity(outcomes.len());
         let mut requeued = false;
         for o in outcomes {

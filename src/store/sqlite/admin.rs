@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Connection, Row, Sqlite, Transaction};
 
 use super::{from_millis, job_from_row, millis, parse_uuid, SqliteStore};
 use crate::domain::{EventId, JobId};
@@ -106,7 +106,8 @@ impl SqliteStore {
         now: DateTime<Utc>,
         save: Option<&SavedResponse<'_>>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         for job in jobs {
             insert_job(&mut tx, job, now).await?;
         }
@@ -129,7 +130,8 @@ impl SqliteStore {
         now: DateTime<Utc>,
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let built = admin_sql::list_events(Dialect::Sqlite, filter, progress.after, limit);
         let events = bind(&built)
             .fetch_all(&mut *tx)
@@ -173,7 +175,8 @@ impl SqliteStore {
         now: DateTime<Utc>,
         save: Option<&SavedResponse<'_>>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let done = sqlx::query(
             "UPDATE jobs SET status = 'pending', attempts = 0, next_attempt_at = ?1, \
              updated_at = ?1 WHERE id = ?2 AND status = 'failed' AND discarded_at IS NULL \
@@ -204,7 +207,8 @@ impl SqliteStore {
         now: DateTime<Utc>,
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let built = admin_sql::retry_dead_letters(Dialect::Sqlite, filter, now, limit);
         let n = bind(&built).execute(&mut *tx).await?.rows_affected() as i64;
         let next = BulkProgress {
@@ -315,7 +319,8 @@ impl SqliteStore {
         save: &SavedResponse<'_>,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         save_response(&mut tx, save, now).await?;
         tx.commit().await?;
         Ok(())

@@ -2,7 +2,7 @@
 //! source routes to, one bounded step at a time.
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
+use sqlx::{Connection, Row};
 
 use super::{from_millis, millis, parse_uuid, SqliteStore};
 use crate::domain::{EventId, JobId};
@@ -53,7 +53,8 @@ impl SqliteStore {
         }
         let mut created = 0;
         if !missing.is_empty() {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let (mut conn, _turn) = self.write_connection().await?;
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
             for event_id in &missing {
                 created += sqlx::query(
                     "INSERT INTO jobs (id, event_id, destination, status, attempts, \

@@ -1,6 +1,7 @@
 //! SQLite: the retention sweep's deletes, in bounded batches (each a short write lock).
 
 use chrono::{DateTime, Utc};
+use sqlx::Connection;
 
 use super::{millis, SqliteStore};
 use crate::store::StoreError;
@@ -33,7 +34,8 @@ impl SqliteStore {
         now: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (mut conn, _turn) = self.write_connection().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let sql = format!(
             "SELECT e.id FROM events e WHERE e.received_at < ? AND e.purged_at IS NULL \
              AND {SETTLED} ORDER BY e.received_at LIMIT ?"

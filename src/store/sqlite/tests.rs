@@ -270,3 +270,26 @@ async fn closing_the_store_closes_the_checkpoint_connections_so_the_wal_is_folde
     store.close().await;
     assert!(!wal.exists(), "the WAL outlived the store's close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_writes_wait_their_turn_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, SqliteSynchronous::Normal);
+    store.migrate().await.unwrap();
+    // Ingest's writer has the turn: a claim waits for it rather than for SQLite's lock,
+    // where a busy handler's growing sleeps once kept workers or ingest out for seconds.
+    let ingesting = store.write_turn.clone().lock_owned().await;
+    let worker = store.clone();
+    let claim = tokio::spawn(async move {
+        let now = chrono::Utc::now();
+        worker
+            .claim_jobs("sink", 10, now, now + chrono::Duration::seconds(30))
+            .await
+    });
+    assert!(
+        still_waiting(&claim).await,
+        "the claim did not wait its turn"
+    );
+    drop(ingesting);
+    assert!(claim.await.unwrap().unwrap().is_empty());
+}
