@@ -42,18 +42,13 @@ pub struct SqliteStore {
     /// Ingest's writer keeps its connection between batches: each trip through the pool
     /// costs two pings, each a hand-off to the connection's thread and back.
     ingest_connections: Arc<HeldConnections<Sqlite>>,
-    /// Taken by ingest's writer for each transaction and by the WAL restart (`checkpoints`).
+    /// Taken by every write transaction (`write_connection`, ingest's writer) and by the
+    /// WAL restart (`checkpoints`).
     write_turn: checkpoints::WriteTurn,
-    /// The checkpoint task and what stops it. Its connections must close after the pool's
-    /// and before the process exits, or SQLite cannot fold the WAL into the database and
-    /// delete it (`checkpoints::run`).
-    checkpoints: Arc<std::sync::Mutex<Option<CheckpointTask>>>,
-}
-
-#[derive(Debug)]
-struct CheckpointTask {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
+    /// The longest a write waits for its turn, as for SQLite's lock (`database.busy_timeout`).
+    busy_timeout: std::time::Duration,
+    /// Stopped at close, after the pool (`checkpoints::Running::stop`).
+    checkpoints: Arc<std::sync::Mutex<Option<checkpoints::Running>>>,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -101,6 +96,7 @@ impl SqliteStore {
             pool,
             job_signal: Arc::new(Notify::new()),
             write_turn: Arc::default(),
+            busy_timeout: config.busy_timeout,
             checkpoints: Arc::default(),
         })
     }
@@ -114,20 +110,13 @@ impl SqliteStore {
     /// (`checkpoints`). PASSIVE never waits for readers or the writer, so it never delays a
     /// commit; what it cannot copy yet, the next round does.
     pub fn spawn_checkpoints(&self, every: std::time::Duration) {
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(checkpoints::run(
-            self.pool.clone(),
-            every,
-            self.write_turn.clone(),
-            stopped,
-        ));
+        let running =
+            checkpoints::Running::spawn(self.pool.clone(), every, self.write_turn.clone());
         // A second call replaces the first task, which its dropped sender stops.
-        let _earlier = self
-            .checkpoint_task()
-            .replace(CheckpointTask { stop, task });
+        let _earlier = self.checkpoint_task().replace(running);
     }
 
-    fn checkpoint_task(&self) -> std::sync::MutexGuard<'_, Option<CheckpointTask>> {
+    fn checkpoint_task(&self) -> std::sync::MutexGuard<'_, Option<checkpoints::Running>> {
         // Holding this lock never panics midway, so a poisoned one is still consistent.
         self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -146,8 +135,22 @@ impl SqliteStore {
         &self,
     ) -> Result<(PoolConnection<Sqlite>, tokio::sync::OwnedMutexGuard<()>), StoreError> {
         let conn = self.pool.acquire().await?;
-        let turn = self.write_turn.clone().lock_owned().await;
+        let turn = self.take_write_turn().await?;
         Ok((conn, turn))
+    }
+
+    /// The write turn, waited for at most the busy timeout, as SQLite's own lock would be:
+    /// past it the write is refused as unavailable (ingest answers 503) instead of queueing
+    /// on behind a writer that holds on.
+    async fn take_write_turn(&self) -> Result<tokio::sync::OwnedMutexGuard<()>, StoreError> {
+        tokio::time::timeout(self.busy_timeout, self.write_turn.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "another write of this process held SQLite's write turn past the busy timeout",
+                )))
+            })
     }
 
     /// Takes and releases the write lock: with SQLite, "can store" means "can get that lock".
@@ -167,7 +170,7 @@ impl SqliteStore {
         let (outcomes, queued) = self
             .ingest_connections
             .run(async |conn: &mut SqliteConnection| {
-                let _turn = self.write_turn.lock().await;
+                let _turn = self.take_write_turn().await?;
                 // IMMEDIATE takes the write lock up front, so the transaction never has to
                 // upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
                 let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
@@ -470,10 +473,8 @@ impl SqliteStore {
         self.ingest_connections.release_all();
         self.pool.close().await;
         let checkpoints = self.checkpoint_task().take();
-        if let Some(CheckpointTask { stop, task }) = checkpoints {
-            let _ = stop.send(());
-            // An error here is only a panic, already reported.
-            let _ = task.await;
+        if let Some(running) = checkpoints {
+            running.stop().await;
         }
     }
 }

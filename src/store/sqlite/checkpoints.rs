@@ -147,20 +147,20 @@ impl Checkpointer {
             }
             let conn = self.restart_conn.as_mut().expect("connected above");
             // What the idle round left, so the restart, which holds writers off, has little.
-            let caught_up = Instant::now();
+            let catching_up = Instant::now();
             let left = wal_checkpoint(&mut *conn, "PASSIVE").await?;
-            let waited = Instant::now();
+            let waiting = Instant::now();
             let _turn = self.write_turn.lock().await;
-            let held = Instant::now();
+            let holding = Instant::now();
             // Busy: a writer or a reader outlasted RESTART_WAIT; the next round tries again.
             restarted = !wal_checkpoint(conn, "RESTART").await?.busy;
             tracing::debug!(
                 frames,
-                idle_round_ms = caught_up.duration_since(started).as_millis() as u64,
+                idle_round_ms = catching_up.duration_since(started).as_millis() as u64,
                 catch_up_frames = left.frames - frames,
-                catch_up_ms = waited.duration_since(caught_up).as_millis() as u64,
-                turn_wait_ms = held.duration_since(waited).as_millis() as u64,
-                restart_ms = held.elapsed().as_millis() as u64,
+                catch_up_ms = waiting.duration_since(catching_up).as_millis() as u64,
+                turn_wait_ms = holding.duration_since(waiting).as_millis() as u64,
+                restart_ms = holding.elapsed().as_millis() as u64,
                 restarted,
                 "WAL restart"
             );
@@ -184,11 +184,33 @@ impl Checkpointer {
     }
 }
 
-/// Checkpoints every `every` until `stop` fires or is dropped, then closes its connections.
-/// The store stops it only once the pool has closed, so that these are the last connections
-/// to close: it is the last one that folds the WAL into the database and deletes it, and two
-/// closing at once each see the other still open.
-pub async fn run(
+/// The checkpoint task, running, and what stops it.
+#[derive(Debug)]
+pub struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Checkpoints every `every` until stopped (or dropped).
+    pub fn spawn(pool: SqlitePool, every: Duration, write_turn: WriteTurn) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(run(pool, every, write_turn, stopped));
+        Self { stop, task }
+    }
+
+    /// Stops the task and waits until its connections have closed. Call it once the pool
+    /// has closed, so that these are the last connections to close: it is the last one that
+    /// folds the WAL into the database and deletes it, and two closing at once each see the
+    /// other still open (stopping on the pool's own close event raced it that way).
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        // An error here is only a panic, already reported.
+        let _ = self.task.await;
+    }
+}
+
+async fn run(
     pool: SqlitePool,
     every: Duration,
     write_turn: WriteTurn,

@@ -13,11 +13,19 @@ async fn pragma(store: &SqliteStore, name: &str) -> i64 {
 }
 
 fn store(dir: &tempfile::TempDir, level: SqliteSynchronous) -> SqliteStore {
+    store_waiting(dir, level, Duration::from_secs(5))
+}
+
+fn store_waiting(
+    dir: &tempfile::TempDir,
+    level: SqliteSynchronous,
+    busy_timeout: Duration,
+) -> SqliteStore {
     SqliteStore::connect(&DatabaseConfig {
         url: format!("sqlite://{}", dir.path().join("s.db").display()),
         max_connections: 1,
         acquire_timeout: Duration::from_secs(5),
-        busy_timeout: Duration::from_secs(5),
+        busy_timeout,
         sqlite_synchronous: level,
     })
     .unwrap()
@@ -292,4 +300,20 @@ async fn the_workers_writes_wait_their_turn_too() {
     );
     drop(ingesting);
     assert!(claim.await.unwrap().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_cannot_get_its_turn_within_the_busy_timeout_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_waiting(&dir, SqliteSynchronous::Normal, Duration::from_millis(200));
+    store.migrate().await.unwrap();
+    let _held_on = store.write_turn.clone().lock_owned().await;
+    let now = chrono::Utc::now();
+    let refused = store
+        .claim_jobs("sink", 10, now, now + chrono::Duration::seconds(30))
+        .await;
+    assert!(
+        matches!(refused, Err(crate::store::StoreError::Unavailable(_))),
+        "{refused:?}"
+    );
 }
