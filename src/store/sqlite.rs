@@ -1,6 +1,7 @@
 //! SQLite backend: the embedded default. WAL mode with `synchronous = FULL` by default, so a
 //! commit survives a process crash and a power loss (`database.sqlite_synchronous = "normal"`:
-//! a process crash only); writers queue on the write lock (busy timeout).
+//! a process crash only); writers queue in order for this process's write turn, then take
+//! SQLite's write lock (each wait bounded by the busy timeout).
 
 mod admin;
 mod checkpoints;

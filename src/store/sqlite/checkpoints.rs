@@ -24,9 +24,9 @@
 //! and more between tries: a restart holding the lock for 3 ms cost the ingest batch behind
 //! it 8, and at half the maximum rate these waits were ingest's p99. So the restart first
 //! catches up with a second PASSIVE checkpoint at normal priority (which holds off no one),
-//! then takes this process's write turn (`WriteTurn`), the same one ingest's writer takes
-//! for each transaction: the batch behind it waits on that and starts the moment the
-//! restart is done, without meeting SQLite's lock.
+//! then takes this process's write turn (`WriteTurn`), the same one every write
+//! transaction takes: the batch behind it waits on that and starts the moment the restart
+//! is done, without meeting SQLite's lock.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,8 +49,8 @@ const RESTART_WAIT: Duration = Duration::from_millis(50);
 /// An idle round that took longer than this many intervals was starved.
 const STARVED_AFTER_INTERVALS: u32 = 4;
 
-/// This process's turn at SQLite's write lock, for the writers that must not wait for it in
-/// SQLite's busy handler: ingest's writer and the WAL restart.
+/// This process's turn at SQLite's write lock, taken by every write transaction and by the
+/// WAL restart, so that none of them waits for the lock in SQLite's busy handler.
 pub type WriteTurn = Arc<tokio::sync::Mutex<()>>;
 
 /// Which connection a round runs on.
@@ -125,16 +125,17 @@ impl Checkpointer {
     async fn checkpoint_and_restart(&mut self) -> Result<Round, StoreError> {
         let priority = next_priority(self.last, self.every);
         let started = Instant::now();
-        let (frames, _copied) = match priority {
+        let frames = match priority {
             Priority::Normal => {
                 tracing::debug!("the last WAL checkpoint was starved; this one at normal priority");
-                checkpoint(&self.pool).await?
+                wal_checkpoint(&self.pool, "PASSIVE").await?.frames
             }
             Priority::Idle => {
                 if self.idle_conn.is_none() {
                     self.idle_conn = Some(connect_idle(&self.pool.connect_options()).await?.0);
                 }
-                checkpoint(self.idle_conn.as_mut().expect("connected above")).await?
+                let conn = self.idle_conn.as_mut().expect("connected above");
+                wal_checkpoint(conn, "PASSIVE").await?.frames
             }
         };
         self.last = Some((priority, started.elapsed()));

@@ -273,6 +273,11 @@ async fn closing_the_store_closes_the_checkpoint_connections_so_the_wal_is_folde
     fill(&store, 100_000).await;
     // Rounds have opened the checkpoint task's connection by now.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    #[cfg(target_os = "linux")]
+    assert!(
+        !policies_of_threads_named(super::checkpoints::THREAD_NAME).is_empty(),
+        "no checkpoint connection was open to close"
+    );
     let wal = dir.path().join("s.db-wal");
     assert!(wal.exists(), "no WAL to begin with");
     store.close().await;
