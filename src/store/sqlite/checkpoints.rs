@@ -27,7 +27,18 @@
 //! then takes this process's write turn (`WriteTurn`), the same one every write
 //! transaction takes: the batch behind it waits on that and starts the moment the restart
 //! is done, without meeting SQLite's lock.
+//!
+//! SQLite syncs the database file only at the end of a checkpoint that copied the WAL up to
+//! its current end (`walCheckpoint` in sqlite3.c). Under steady load a PASSIVE round almost
+//! never does, since commits land while it copies, so the file's dirty pages piled up for a
+//! whole restart cycle and whichever checkpoint first reached the end paid for all of them:
+//! one 60-80 ms sync per cycle, about half the time inside the restart, under the write turn
+//! (bench/RESULTS.md, session 14). So each round that copied frames syncs the database file
+//! itself, on a blocking thread and outside the turn, and the restart's own sync is left
+//! only what arrived since. An extra sync takes nothing from SQLite's own guarantees.
 
+use std::fs::File;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -78,6 +89,17 @@ pub struct Round {
     pub frames: i64,
     /// Whether the WAL was started over after it.
     pub restarted: bool,
+    /// Whether this round synced the database file (it does when it copied new frames).
+    pub synced_database: bool,
+}
+
+/// The database file, opened a second time only to sync it.
+enum DatabaseFile {
+    /// Not opened yet: where it is.
+    Closed(PathBuf),
+    Open(Arc<File>),
+    /// Not a file this process can open (an in-memory database): nothing to sync.
+    Unavailable,
 }
 
 /// The checkpoints of one SQLite database, a round at a time.
@@ -91,6 +113,9 @@ pub struct Checkpointer {
     /// CPU time behind them.
     restart_conn: Option<SqliteConnection>,
     last: Option<(Priority, Duration)>,
+    database: DatabaseFile,
+    /// The WAL's copied-frame count when the database file was last synced.
+    synced_at_copied: Option<i64>,
 }
 
 impl Checkpointer {
@@ -100,6 +125,7 @@ impl Checkpointer {
         restart_after_frames: i64,
         write_turn: WriteTurn,
     ) -> Self {
+        let database = DatabaseFile::Closed(pool.connect_options().get_filename().to_owned());
         Self {
             pool,
             every,
@@ -108,6 +134,8 @@ impl Checkpointer {
             idle_conn: None,
             restart_conn: None,
             last: None,
+            database,
+            synced_at_copied: None,
         }
     }
 
@@ -125,20 +153,22 @@ impl Checkpointer {
     async fn checkpoint_and_restart(&mut self) -> Result<Round, StoreError> {
         let priority = next_priority(self.last, self.every);
         let started = Instant::now();
-        let frames = match priority {
+        let done = match priority {
             Priority::Normal => {
                 tracing::debug!("the last WAL checkpoint was starved; this one at normal priority");
-                wal_checkpoint(&self.pool, "PASSIVE").await?.frames
+                wal_checkpoint(&self.pool, "PASSIVE").await?
             }
             Priority::Idle => {
                 if self.idle_conn.is_none() {
                     self.idle_conn = Some(connect_idle(&self.pool.connect_options()).await?.0);
                 }
                 let conn = self.idle_conn.as_mut().expect("connected above");
-                wal_checkpoint(conn, "PASSIVE").await?.frames
+                wal_checkpoint(conn, "PASSIVE").await?
             }
         };
         self.last = Some((priority, started.elapsed()));
+        let frames = done.frames;
+        let synced_database = self.sync_database(done.copied).await?.is_some();
         let mut restarted = false;
         if frames >= self.restart_after_frames {
             if self.restart_conn.is_none() {
@@ -150,9 +180,11 @@ impl Checkpointer {
             // What the idle round left, so the restart, which holds writers off, has little.
             let catching_up = Instant::now();
             let left = wal_checkpoint(&mut *conn, "PASSIVE").await?;
+            let catch_up_sync = self.sync_database(left.copied).await?;
             let waiting = Instant::now();
             let _turn = self.write_turn.lock().await;
             let holding = Instant::now();
+            let conn = self.restart_conn.as_mut().expect("connected above");
             // Busy: a writer or a reader outlasted RESTART_WAIT; the next round tries again.
             restarted = !wal_checkpoint(conn, "RESTART").await?.busy;
             tracing::debug!(
@@ -160,17 +192,61 @@ impl Checkpointer {
                 idle_round_ms = catching_up.duration_since(started).as_millis() as u64,
                 catch_up_frames = left.frames - frames,
                 catch_up_ms = waiting.duration_since(catching_up).as_millis() as u64,
+                catch_up_sync_ms = catch_up_sync.map(|d| d.as_millis() as u64),
                 turn_wait_ms = holding.duration_since(waiting).as_millis() as u64,
                 restart_ms = holding.elapsed().as_millis() as u64,
                 restarted,
                 "WAL restart"
             );
+            if restarted {
+                self.synced_at_copied = None;
+            }
         }
         Ok(Round {
             priority,
             frames,
             restarted,
+            synced_database,
         })
+    }
+
+    /// Syncs the database file if checkpoints copied frames into it since the last sync, and
+    /// says how long that took. "Since" is told by the copied-frame count, which starts over
+    /// with the WAL; a count that comes back equal skips one early sync, never SQLite's own.
+    async fn sync_database(&mut self, copied: i64) -> Result<Option<Duration>, StoreError> {
+        if copied <= 0 || self.synced_at_copied == Some(copied) {
+            return Ok(None);
+        }
+        let file = match &self.database {
+            DatabaseFile::Open(file) => file.clone(),
+            DatabaseFile::Unavailable => return Ok(None),
+            DatabaseFile::Closed(path) => match File::open(path) {
+                Ok(file) => {
+                    let file = Arc::new(file);
+                    self.database = DatabaseFile::Open(file.clone());
+                    file
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "the database is not a file to sync");
+                    self.database = DatabaseFile::Unavailable;
+                    return Ok(None);
+                }
+            },
+        };
+        let started = Instant::now();
+        let synced = tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(|_| sqlx::Error::WorkerCrashed)?;
+        if let Err(e) = synced {
+            if let DatabaseFile::Open(_) = self.database {
+                // Opened again next time: what failed may be this descriptor.
+                self.database =
+                    DatabaseFile::Closed(self.pool.connect_options().get_filename().to_owned());
+            }
+            return Err(sqlx::Error::Io(e).into());
+        }
+        self.synced_at_copied = Some(copied);
+        Ok(Some(started.elapsed()))
     }
 
     /// Closes rather than drops: a dropped connection closes later, on its own thread, and

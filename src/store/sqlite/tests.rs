@@ -197,6 +197,35 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
     snapshot.rollback().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_that_copied_frames_syncs_the_database_file_and_one_with_nothing_new_does_not() {
+    use super::checkpoints::Checkpointer;
+    let every = Duration::from_millis(250);
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, SqliteSynchronous::Full);
+    store.migrate().await.unwrap();
+    let mut checkpointer = Checkpointer::new(
+        store.pool.clone(),
+        every,
+        1_000_000,
+        store.write_turn.clone(),
+    );
+    fill(&store, 100_000).await;
+    let copied = checkpointer.round().await.unwrap();
+    assert!(copied.frames > 25 && copied.synced_database, "{copied:?}");
+    let nothing_new = checkpointer.round().await.unwrap();
+    assert!(!nothing_new.synced_database, "{nothing_new:?}");
+    // The next write started the WAL over; a bigger one leaves it a different copied count
+    // (an equal count reads as nothing new, and SQLite, which reached the end unhindered
+    // here, synced the file itself).
+    fill(&store, 300_000).await;
+    let more = checkpointer.round().await.unwrap();
+    assert!(
+        more.frames != copied.frames && more.synced_database,
+        "{more:?}"
+    );
+}
+
 /// Whether `task` is still waiting after a while in which, unblocked, it would have finished.
 async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
     tokio::time::sleep(Duration::from_millis(300)).await;
