@@ -38,7 +38,7 @@
 //! only what arrived since. An extra sync takes nothing from SQLite's own guarantees.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -93,13 +93,63 @@ pub struct Round {
     pub synced_database: bool,
 }
 
-/// The database file, opened a second time only to sync it.
+/// The database file, opened a second time only to sync it, and how far it is synced.
+#[derive(Default)]
+struct DatabaseSync {
+    file: DatabaseFile,
+    /// The WAL's copied-frame count when the file was last synced.
+    at_copied: Option<i64>,
+}
+
+#[derive(Default)]
 enum DatabaseFile {
-    /// Not opened yet: where it is.
-    Closed(PathBuf),
+    #[default]
+    NotOpen,
     Open(Arc<File>),
     /// Not a file this process can open (an in-memory database): nothing to sync.
     Unavailable,
+}
+
+impl DatabaseSync {
+    /// Syncs the file at `path` if checkpoints copied frames into it since the last sync,
+    /// and says how long that took. "Since" is told by the copied-frame count, which starts
+    /// over with the WAL; a count that comes back equal skips one early sync, never SQLite's.
+    async fn after_checkpoint(
+        &mut self,
+        path: &Path,
+        copied: i64,
+    ) -> Result<Option<Duration>, StoreError> {
+        if copied <= 0 || self.at_copied == Some(copied) {
+            return Ok(None);
+        }
+        let file = match &self.file {
+            DatabaseFile::Open(file) => file.clone(),
+            DatabaseFile::Unavailable => return Ok(None),
+            DatabaseFile::NotOpen => match File::open(path) {
+                Ok(file) => {
+                    let file = Arc::new(file);
+                    self.file = DatabaseFile::Open(file.clone());
+                    file
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "the database is not a file to sync");
+                    self.file = DatabaseFile::Unavailable;
+                    return Ok(None);
+                }
+            },
+        };
+        let started = Instant::now();
+        let synced = tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(|_| sqlx::Error::WorkerCrashed)?;
+        if let Err(e) = synced {
+            // Opened again next time: what failed may be this descriptor.
+            self.file = DatabaseFile::NotOpen;
+            return Err(sqlx::Error::Io(e).into());
+        }
+        self.at_copied = Some(copied);
+        Ok(Some(started.elapsed()))
+    }
 }
 
 /// The checkpoints of one SQLite database, a round at a time.
@@ -113,9 +163,7 @@ pub struct Checkpointer {
     /// CPU time behind them.
     restart_conn: Option<SqliteConnection>,
     last: Option<(Priority, Duration)>,
-    database: DatabaseFile,
-    /// The WAL's copied-frame count when the database file was last synced.
-    synced_at_copied: Option<i64>,
+    database: DatabaseSync,
 }
 
 impl Checkpointer {
@@ -125,7 +173,6 @@ impl Checkpointer {
         restart_after_frames: i64,
         write_turn: WriteTurn,
     ) -> Self {
-        let database = DatabaseFile::Closed(pool.connect_options().get_filename().to_owned());
         Self {
             pool,
             every,
@@ -134,8 +181,7 @@ impl Checkpointer {
             idle_conn: None,
             restart_conn: None,
             last: None,
-            database,
-            synced_at_copied: None,
+            database: DatabaseSync::default(),
         }
     }
 
@@ -168,7 +214,13 @@ impl Checkpointer {
         };
         self.last = Some((priority, started.elapsed()));
         let frames = done.frames;
-        let synced_database = self.sync_database(done.copied).await?.is_some();
+        let options = self.pool.connect_options();
+        let path = options.get_filename();
+        let synced_database = self
+            .database
+            .after_checkpoint(path, done.copied)
+            .await?
+            .is_some();
         let mut restarted = false;
         if frames >= self.restart_after_frames {
             if self.restart_conn.is_none() {
@@ -180,11 +232,10 @@ impl Checkpointer {
             // What the idle round left, so the restart, which holds writers off, has little.
             let catching_up = Instant::now();
             let left = wal_checkpoint(&mut *conn, "PASSIVE").await?;
-            let catch_up_sync = self.sync_database(left.copied).await?;
+            let catch_up_sync = self.database.after_checkpoint(path, left.copied).await?;
             let waiting = Instant::now();
             let _turn = self.write_turn.lock().await;
             let holding = Instant::now();
-            let conn = self.restart_conn.as_mut().expect("connected above");
             // Busy: a writer or a reader outlasted RESTART_WAIT; the next round tries again.
             restarted = !wal_checkpoint(conn, "RESTART").await?.busy;
             tracing::debug!(
@@ -199,7 +250,7 @@ impl Checkpointer {
                 "WAL restart"
             );
             if restarted {
-                self.synced_at_copied = None;
+                self.database.at_copied = None;
             }
         }
         Ok(Round {
@@ -208,45 +259,6 @@ impl Checkpointer {
             restarted,
             synced_database,
         })
-    }
-
-    /// Syncs the database file if checkpoints copied frames into it since the last sync, and
-    /// says how long that took. "Since" is told by the copied-frame count, which starts over
-    /// with the WAL; a count that comes back equal skips one early sync, never SQLite's own.
-    async fn sync_database(&mut self, copied: i64) -> Result<Option<Duration>, StoreError> {
-        if copied <= 0 || self.synced_at_copied == Some(copied) {
-            return Ok(None);
-        }
-        let file = match &self.database {
-            DatabaseFile::Open(file) => file.clone(),
-            DatabaseFile::Unavailable => return Ok(None),
-            DatabaseFile::Closed(path) => match File::open(path) {
-                Ok(file) => {
-                    let file = Arc::new(file);
-                    self.database = DatabaseFile::Open(file.clone());
-                    file
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "the database is not a file to sync");
-                    self.database = DatabaseFile::Unavailable;
-                    return Ok(None);
-                }
-            },
-        };
-        let started = Instant::now();
-        let synced = tokio::task::spawn_blocking(move || file.sync_data())
-            .await
-            .map_err(|_| sqlx::Error::WorkerCrashed)?;
-        if let Err(e) = synced {
-            if let DatabaseFile::Open(_) = self.database {
-                // Opened again next time: what failed may be this descriptor.
-                self.database =
-                    DatabaseFile::Closed(self.pool.connect_options().get_filename().to_owned());
-            }
-            return Err(sqlx::Error::Io(e).into());
-        }
-        self.synced_at_copied = Some(copied);
-        Ok(Some(started.elapsed()))
     }
 
     /// Closes rather than drops: a dropped connection closes later, on its own thread, and

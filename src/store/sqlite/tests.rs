@@ -96,12 +96,7 @@ async fn checkpoints_run_on_an_idle_priority_thread_and_copy_the_wal() {
     assert_eq!(copied, frames, "a quiet database's WAL is copied whole");
 
     // The background rounds open such a thread of their own (`conn`'s is still alive).
-    let mut checkpointer = super::checkpoints::Checkpointer::new(
-        store.pool.clone(),
-        Duration::from_millis(250),
-        1_000_000,
-        store.write_turn.clone(),
-    );
+    let mut checkpointer = checkpointer(&store, 1_000_000);
     let round = checkpointer.round().await.unwrap();
     assert_eq!(round.priority, super::checkpoints::Priority::Idle);
     let policies = policies_of_threads_named(super::checkpoints::THREAD_NAME);
@@ -133,6 +128,19 @@ fn a_starved_idle_checkpoint_is_followed_by_one_at_normal_priority() {
     );
 }
 
+/// Rounds every 250 ms, as the store's own, restarting the WAL past `restart_after_frames`.
+fn checkpointer(
+    store: &SqliteStore,
+    restart_after_frames: i64,
+) -> super::checkpoints::Checkpointer {
+    super::checkpoints::Checkpointer::new(
+        store.pool.clone(),
+        Duration::from_millis(250),
+        restart_after_frames,
+        store.write_turn.clone(),
+    )
+}
+
 async fn fill(store: &SqliteStore, bytes: usize) {
     sqlx::query("CREATE TABLE IF NOT EXISTS filler (x BLOB)")
         .execute(&store.pool)
@@ -147,28 +155,18 @@ async fn fill(store: &SqliteStore, bytes: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it() {
-    use super::checkpoints::Checkpointer;
     use sqlx::sqlite::SqliteConnection;
     use sqlx::Connection;
-    let every = Duration::from_millis(250);
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Normal);
     store.migrate().await.unwrap();
     fill(&store, 100_000).await;
 
-    let below = Checkpointer::new(
-        store.pool.clone(),
-        every,
-        1_000_000,
-        store.write_turn.clone(),
-    )
-    .round()
-    .await
-    .unwrap();
+    let below = checkpointer(&store, 1_000_000).round().await.unwrap();
     assert!(below.frames > 25 && !below.restarted, "{below:?}");
 
     fill(&store, 100_000).await;
-    let mut bounded = Checkpointer::new(store.pool.clone(), every, 10, store.write_turn.clone());
+    let mut bounded = checkpointer(&store, 10);
     let at_bound = bounded.round().await.unwrap();
     assert!(at_bound.restarted, "{at_bound:?}");
     fill(&store, 10).await;
@@ -199,17 +197,10 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_that_copied_frames_syncs_the_database_file_and_one_with_nothing_new_does_not() {
-    use super::checkpoints::Checkpointer;
-    let every = Duration::from_millis(250);
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Full);
     store.migrate().await.unwrap();
-    let mut checkpointer = Checkpointer::new(
-        store.pool.clone(),
-        every,
-        1_000_000,
-        store.write_turn.clone(),
-    );
+    let mut checkpointer = checkpointer(&store, 1_000_000);
     fill(&store, 100_000).await;
     let copied = checkpointer.round().await.unwrap();
     assert!(copied.frames > 25 && copied.synced_database, "{copied:?}");
@@ -234,7 +225,6 @@ async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_lock() {
-    use super::checkpoints::Checkpointer;
     use crate::domain::{Name, ProviderEventId};
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Normal);
@@ -243,12 +233,7 @@ async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_loc
 
     // An ingest transaction has the turn: the restart waits for it.
     let ingesting = store.write_turn.clone().lock_owned().await;
-    let mut checkpointer = Checkpointer::new(
-        store.pool.clone(),
-        Duration::from_millis(250),
-        10,
-        store.write_turn.clone(),
-    );
+    let mut checkpointer = checkpointer(&store, 10);
     let round = tokio::spawn(async move { checkpointer.round().await });
     assert!(
         still_waiting(&round).await,
