@@ -92,7 +92,19 @@ pub struct Stall {
     pub max_ms: f64,
 }
 
+/// A fixed-rate run that answered less than this share of its rate as 2xx per second fell
+/// behind: it sends a fixed count, so a gateway that cannot keep up stretches the run
+/// instead of dropping requests, and the 2xx count alone would still look complete.
+pub const KEPT_UP_SHARE: f64 = 0.98;
+
 impl LoadReport {
+    /// Whether a fixed-rate run's 2xx answers kept up with its rate (always, at a fixed
+    /// concurrency).
+    pub fn kept_up(&self) -> bool {
+        self.target_rate
+            .map_or(true, |rate| self.throughput >= KEPT_UP_SHARE * rate)
+    }
+
     pub fn line(&self) -> String {
         format!(
             "{}: {:.0} ok/s ({} ok, {} non-2xx, {} conn errors) latency p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms",
@@ -312,6 +324,31 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_run_that_stretched_did_not_keep_up() {
+        // 300,000 requests due in 60 s, all answered 2xx, but over 68 s: 4,412/s.
+        let stretched = LoadReport {
+            target_rate: Some(5_000.0),
+            ok_2xx: 300_000,
+            duration_s: 68.0,
+            throughput: 300_000.0 / 68.0,
+            ..Default::default()
+        };
+        assert!(!stretched.kept_up());
+        let on_time = LoadReport {
+            throughput: 300_000.0 / 61.0,
+            duration_s: 61.0,
+            ..stretched.clone()
+        };
+        assert!(on_time.kept_up());
+        let closed_loop = LoadReport {
+            target_rate: None,
+            throughput: 1.0,
+            ..Default::default()
+        };
+        assert!(closed_loop.kept_up());
+    }
 
     #[test]
     fn slow_requests_group_by_the_window_they_were_due_in() {

@@ -112,11 +112,14 @@ struct Common {
     /// The gateway's `database.max_connections`.
     #[arg(long, default_value_t = 16)]
     pool: u32,
-    /// The gateway's `worker.concurrency`.
-    #[arg(long, default_value_t = 32)]
+    /// The gateway's `worker.concurrency`. Large enough that the all-in-one scenarios
+    /// measure the gateway rather than its cap on deliveries in flight: with 32, a busy
+    /// machine's sink round trips bounded delivery, and new jobs the hand-off had no room
+    /// for took the dearer queue path (bench/RESULTS.md, session 18).
+    #[arg(long, default_value_t = 128)]
     worker_concurrency: usize,
-    /// The sink destination's `max_in_flight`.
-    #[arg(long, default_value_t = 32)]
+    /// The sink destination's `max_in_flight` (as `--worker-concurrency`).
+    #[arg(long, default_value_t = 128)]
     max_in_flight: usize,
     /// RUST_LOG for the gateway (its logs go to a file in the work directory).
     #[arg(long, default_value = "warn")]

@@ -32,7 +32,7 @@ pub struct Step {
     pub final_lag_s: f64,
     pub max_lag_last_half_s: f64,
     pub slope_last_half: f64,
-    /// The generator kept up (>= 95% of the target as 2xx) and the lag stayed bounded.
+    /// The gateway kept up (2xx per second >= 98% of the rate) and the lag stayed bounded.
     pub bounded: bool,
     /// How long the leftover backlog took to drain after the step.
     pub drain_s: Option<f64>,
@@ -142,7 +142,7 @@ async fn one_step(
     let (xs, ys): (Vec<f64>, Vec<f64>) = lag.iter().filter(|(t, _)| *t >= half).copied().unzip();
     let max_lag_last_half_s = ys.iter().copied().fold(final_lag_s, f64::max);
     let slope_last_half = slope(&xs, &ys);
-    let kept_up = ingest.ok_2xx as f64 >= 0.95 * rate * len.as_secs_f64();
+    let kept_up = ingest.kept_up();
     let bounded = kept_up
         && final_lag_s < MAX_LAG
         && max_lag_last_half_s < MAX_LAG
