@@ -103,6 +103,20 @@ async fn steps(ctx: &Ctx, db: &str, rates: &[f64]) -> anyhow::Result<Sustained> 
     Ok(out)
 }
 
+/// A step is sustained when the gateway kept up with its rate and the delivery lag stayed
+/// under `MAX_LAG` without trending up (a lag that stays tiny may wobble).
+fn is_bounded(
+    ingest: &LoadReport,
+    final_lag_s: f64,
+    max_lag_last_half_s: f64,
+    slope_last_half: f64,
+) -> bool {
+    ingest.kept_up()
+        && final_lag_s < MAX_LAG
+        && max_lag_last_half_s < MAX_LAG
+        && (slope_last_half < MAX_SLOPE || max_lag_last_half_s < 0.5)
+}
+
 async fn one_step(
     ctx: &Ctx,
     gw: &Gateway,
@@ -142,11 +156,7 @@ async fn one_step(
     let (xs, ys): (Vec<f64>, Vec<f64>) = lag.iter().filter(|(t, _)| *t >= half).copied().unzip();
     let max_lag_last_half_s = ys.iter().copied().fold(final_lag_s, f64::max);
     let slope_last_half = slope(&xs, &ys);
-    let kept_up = ingest.kept_up();
-    let bounded = kept_up
-        && final_lag_s < MAX_LAG
-        && max_lag_last_half_s < MAX_LAG
-        && (slope_last_half < MAX_SLOPE || max_lag_last_half_s < 0.5);
+    let bounded = is_bounded(&ingest, final_lag_s, max_lag_last_half_s, slope_last_half);
 
     // Let the backlog drain before the next step.
     let clock = Instant::now();
@@ -175,4 +185,32 @@ async fn one_step(
         bounded,
         drain_s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rate: f64, answered_per_s: f64) -> LoadReport {
+        LoadReport {
+            target_rate: Some(rate),
+            throughput: answered_per_s,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_step_whose_ingest_stretched_is_not_bounded_even_with_no_lag() {
+        assert!(is_bounded(&at(4_000.0, 3_999.0), 0.0, 0.0, 0.0));
+        // Every request answered 2xx, but the run stretched: 4,393/s against 5,000/s.
+        assert!(!is_bounded(&at(5_000.0, 4_393.0), 0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn a_growing_or_long_lag_is_not_bounded() {
+        let on_time = at(4_000.0, 4_000.0);
+        assert!(!is_bounded(&on_time, 1.0, 4.0, 0.134));
+        assert!(!is_bounded(&on_time, 6.0, 6.0, 0.0));
+        assert!(is_bounded(&on_time, 0.3, 0.4, 0.1), "a tiny lag may wobble");
+    }
 }
