@@ -4,6 +4,7 @@ mod admin;
 mod ingest;
 mod missing_jobs;
 mod retention;
+mod wakeups;
 
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -58,6 +59,8 @@ pub struct PgStore {
     ingest_saw_copies: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The ingest writers' connections, kept between batches (see `HeldConnections`).
     ingest_connections: std::sync::Arc<HeldConnections<sqlx::Postgres>>,
+    /// Wakes listening workers after an ingest commit that queued jobs.
+    job_wakeups: std::sync::Arc<wakeups::JobWakeups>,
 }
 
 const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
@@ -127,6 +130,7 @@ impl PgStore {
         Ok(Self {
             ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
             relaxed_connections: std::sync::Arc::new(HeldConnections::new(relaxed.clone())),
+            job_wakeups: wakeups::JobWakeups::new(relaxed.clone()),
             pool,
             relaxed,
             ingest_saw_copies: Default::default(),
@@ -444,6 +448,7 @@ impl PgStore {
     pub async fn close(&self) {
         self.ingest_connections.release_all();
         self.relaxed_connections.release_all();
+        self.job_wakeups.close();
         self.pool.close().await;
         self.relaxed.close().await;
     }

@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use sqlx::Connection as _;
 
 use crate::both_backends;
 use crate::support::sink::{Answer, Sink};
-use crate::support::{spawn_app_with_sink, Backend};
+use crate::support::{spawn_app_with_sink, Backend, TestApp};
 use hookgate::queue::JobStatus;
 use hookgate::verify::{ProviderRegistry, RequestHeaders, SourceVerifier, Unverified, Verified};
 
@@ -17,6 +18,7 @@ both_backends!(
     retry_after_is_honoured_on_429,
     forwards_are_signed_standard_webhooks_style,
     a_running_worker_wakes_for_new_jobs_without_polling,
+    a_job_whose_wake_up_was_lost_is_delivered_at_the_next_poll,
     a_claim_takes_as_many_due_jobs_as_asked_oldest_first,
 );
 
@@ -226,6 +228,82 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
     let got = sink.wait_for("/billing", 1, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 1, "delivered promptly after a wake-up");
     worker.stop().await;
+}
+
+/// The wake-up follows the commit of the jobs it is for (on PostgreSQL from a task of its
+/// own), so a process can die between the two (docs/FAILURE-STORY.md, W6). The jobs are
+/// durable and pending, and a running worker finds them at its next poll.
+async fn a_job_whose_wake_up_was_lost_is_delivered_at_the_next_poll(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.worker.poll_interval = "200ms".into();
+        s.worker.handoff = false;
+    })
+    .await;
+    let worker = app.start_worker();
+    app.ingest_stripe("evt_before").await;
+    sink.wait_for("/billing", 1, Duration::from_secs(10)).await;
+
+    // Committed by another process that died before its wake-up: no NOTIFY, no local wake.
+    commit_an_event_and_its_job_without_waking(&app).await;
+    let got = sink.wait_for("/billing", 2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2, "the job with no wake-up was not delivered");
+    assert_eq!(got[1].body, b"{}".to_vec());
+    worker.stop().await;
+}
+
+/// One `svix` event (destination `billing`) and its pending job, written with plain SQL.
+async fn commit_an_event_and_its_job_without_waking(app: &TestApp) {
+    const EVENT: &str = "00000000-0000-7000-8000-00000000e6e6";
+    const JOB: &str = "00000000-0000-7000-8000-00000000e6e7";
+    let (events, jobs) = match app.backend {
+        Backend::Sqlite => (
+            format!(
+                "INSERT INTO events (id, tenant, source, provider_event_id, event_type, \
+                    received_at, content_type, headers, body, verified_scheme, \
+                    verified_secret_index) \
+                 VALUES ('{EVENT}', 'default', 'svix', 'msg_lost_wakeup', 'test', \
+                    CAST(strftime('%s', 'now') AS INTEGER) * 1000, 'application/json', '[]', \
+                    x'7b7d', 'svix', 0)"
+            ),
+            format!(
+                "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+                    created_at, updated_at) \
+                 VALUES ('{JOB}', '{EVENT}', 'billing', 'pending', 0, \
+                    CAST(strftime('%s', 'now') AS INTEGER) * 1000 - 1000, 0, 0)"
+            ),
+        ),
+        Backend::Postgres => (
+            format!(
+                "INSERT INTO events (id, tenant, source, provider_event_id, event_type, \
+                    received_at, content_type, headers, body, verified_scheme, \
+                    verified_secret_index) \
+                 VALUES ('{EVENT}', 'default', 'svix', 'msg_lost_wakeup', 'test', now(), \
+                    'application/json', '[]'::jsonb, '\\x7b7d'::bytea, 'svix', 0)"
+            ),
+            format!(
+                "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+                    created_at, updated_at) \
+                 VALUES ('{JOB}', '{EVENT}', 'billing', 'pending', 0, \
+                    now() - interval '1 second', now(), now())"
+            ),
+        ),
+    };
+    let sql = format!("BEGIN; {events}; {jobs}; COMMIT;");
+    match app.backend {
+        Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&app.database_url)
+                .await
+                .unwrap();
+            sqlx::raw_sql(&sql).execute(&mut c).await.unwrap();
+        }
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&app.database_url)
+                .await
+                .unwrap();
+            sqlx::raw_sql(&sql).execute(&mut c).await.unwrap();
+        }
+    }
 }
 
 /// A claim takes exactly as many due jobs as asked, the oldest first, none twice, and a

@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{PgStore, JOBS_CHANNEL};
+use super::PgStore;
 use crate::domain::EventId;
 use crate::store::{batch, InsertOutcome, NewEvent, StoreError};
 
 /// Group commit's one statement. Jobs come pre-built for every event in the batch and are
-/// kept only for the events this statement created; the notification is sent only when a
-/// job was queued for any worker (not when every job was claimed as it was created).
+/// kept only for the events this statement created. Each row answered is an event created,
+/// and whether the statement queued a job for any worker (not when every job was claimed as
+/// it was created): the wake-up follows the commit (see `wakeups`).
 /// `{on_conflict}` is empty on the fast path (see `insert_events`).
 macro_rules! insert_batch_sql {
     ($on_conflict:literal) => {
@@ -38,10 +39,8 @@ macro_rules! insert_batch_sql {
             $16::uuid[], $17::timestamptz[]) AS j(id, event_id, destination, t, token, lease) \
         WHERE j.event_id IN (SELECT id FROM created) \
         RETURNING claim_token IS NULL AS queued \
-    ), notified AS ( \
-        SELECT pg_notify($18, '') FROM (SELECT 1 FROM queued WHERE queued LIMIT 1) q \
     ) \
-    SELECT c.id FROM created c LEFT JOIN notified ON true"
+    SELECT c.id, EXISTS (SELECT 1 FROM queued WHERE queued) FROM created c"
         )
     };
 }
@@ -55,9 +54,9 @@ const INSERT_BATCH_SQL: &str =
 
 impl PgStore {
     /// Writes a batch as one statement, so one implicit transaction and one round trip: the
-    /// events, the jobs of the events it created, and the wake-up for listening workers,
-    /// which PostgreSQL delivers only if the statement commits. The statement's answer
-    /// arrives after its commit is durable (`synchronous_commit`).
+    /// events and the jobs of the events it created. The statement's answer arrives after
+    /// its commit is durable (`synchronous_commit`); then, if it queued a job, listening
+    /// workers are woken.
     ///
     /// Copies of stored events are rare (a provider's retry), so a batch first goes in with
     /// plain inserts, which cost PostgreSQL less than ON CONFLICT's speculative insertion. If
@@ -76,11 +75,14 @@ impl PgStore {
             .ingest_connections
             .run(async |conn: &mut PgConnection| {
                 let created = self.insert_rows(conn, &arrays).await?;
-                let found = lookup_conflicted(conn, &rows, &created).await?;
+                let found = lookup_conflicted(conn, &created.ids, &rows).await?;
                 Ok::<_, sqlx::Error>((created, found))
             })
             .await?;
-        let created: HashSet<Uuid> = created.into_iter().collect();
+        if created.queued_a_job {
+            self.job_wakeups.wake();
+        }
+        let created: HashSet<Uuid> = created.ids.into_iter().collect();
         let mut existing: HashMap<(&str, &str), Uuid> = HashMap::new();
         for (id, s, p) in &found {
             existing.insert((s.as_str(), p.as_str()), *id);
@@ -104,16 +106,15 @@ impl PgStore {
 
 impl PgStore {
     /// The batch's rows: the fast path first, ON CONFLICT after a copy (see `insert_events`).
-    /// Answers the ids of the events created.
     async fn insert_rows(
         &self,
         conn: &mut PgConnection,
         arrays: &BatchArrays<'_>,
-    ) -> Result<Vec<Uuid>, sqlx::Error> {
+    ) -> Result<Created, sqlx::Error> {
         let saw_copies = &self.ingest_saw_copies;
         if saw_copies.load(Ordering::Relaxed) {
             let created = insert_batch(conn, INSERT_BATCH_SQL, arrays).await?;
-            if created.len() == arrays.ids.len() {
+            if created.ids.len() == arrays.ids.len() {
                 saw_copies.store(false, Ordering::Relaxed);
             }
             return Ok(created);
@@ -132,8 +133,8 @@ impl PgStore {
 /// the insert committed, so the winner's row is visible.
 async fn lookup_conflicted(
     conn: &mut PgConnection,
-    rows: &[&NewEvent<'_>],
     created: &[Uuid],
+    rows: &[&NewEvent<'_>],
 ) -> Result<Vec<(Uuid, String, String)>, sqlx::Error> {
     let created: HashSet<&Uuid> = created.iter().collect();
     let conflicted: Vec<&NewEvent<'_>> = rows
@@ -217,13 +218,21 @@ impl<'a> BatchArrays<'a> {
     }
 }
 
-/// Runs one of the batch statements; answers the ids of the events it created.
+/// What a batch statement wrote.
+struct Created {
+    /// The events it created (copies of stored events are not among them).
+    ids: Vec<Uuid>,
+    /// It queued a job that no worker had claimed as it was created.
+    queued_a_job: bool,
+}
+
+/// Runs one of the batch statements.
 async fn insert_batch(
     conn: &mut PgConnection,
     sql: &'static str,
     a: &BatchArrays<'_>,
-) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar(sql)
+) -> Result<Created, sqlx::Error> {
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(sql)
         .bind(&a.ids)
         .bind(&a.tenants)
         .bind(&a.sources)
@@ -241,7 +250,10 @@ async fn insert_batch(
         .bind(&a.job_times)
         .bind(&a.job_tokens)
         .bind(&a.job_leases)
-        .bind(JOBS_CHANNEL)
         .fetch_all(conn)
-        .await
+        .await?;
+    Ok(Created {
+        queued_a_job: rows.first().is_some_and(|&(_, queued)| queued),
+        ids: rows.into_iter().map(|(id, _)| id).collect(),
+    })
 }
