@@ -127,10 +127,11 @@ impl PgStore {
                 ("synchronous_commit", "off"),
                 ("plan_cache_mode", "force_custom_plan"),
             ]));
+        let relaxed_connections = std::sync::Arc::new(HeldConnections::new(relaxed.clone()));
         Ok(Self {
             ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
-            relaxed_connections: std::sync::Arc::new(HeldConnections::new(relaxed.clone())),
-            job_wakeups: wakeups::JobWakeups::new(relaxed.clone()),
+            relaxed_connections: relaxed_connections.clone(),
+            job_wakeups: wakeups::JobWakeups::new(relaxed_connections),
             pool,
             relaxed,
             ingest_saw_copies: Default::default(),

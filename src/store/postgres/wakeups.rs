@@ -6,9 +6,9 @@
 //! previous such commit's WAL flush before it could write its own commit record: concurrent
 //! batches, from this process or any other gateway on the database, could not share a flush.
 //!
-//! Sent after the commit, from a connection of its own that does not wait for the flush
-//! (`synchronous_commit = off`; a wake-up lost in a crash costs nothing the poll does not
-//! make up), the lock is held for the time it takes to queue one notification. One wake-up
+//! Sent after the commit, by a task of its own on a connection that does not wait for the
+//! flush (`synchronous_commit = off`; a wake-up lost in a crash costs nothing the poll does
+//! not make up), the lock is held for the time it takes to queue one notification. One wake-up
 //! is in flight at a time, and the batches that commit meanwhile are folded into the next:
 //! a woken worker claims every due job, however many batches queued them.
 //!
@@ -20,23 +20,25 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, Postgres};
 use tokio::sync::Notify;
 
 use super::JOBS_CHANNEL;
+use crate::store::held::HeldConnections;
 
 #[derive(Debug)]
 pub struct JobWakeups {
-    /// `synchronous_commit = off`: the wake-up's own commit does not wait for a flush.
-    relaxed: PgPool,
+    /// The delivery bookkeeping's connections (`synchronous_commit = off`, so the wake-up's
+    /// own commit does not wait for a flush), shared rather than one held for wake-ups
+    /// alone: a pool sized for the worker has no connection to spare.
+    relaxed: Arc<HeldConnections<Postgres>>,
     requested: Notify,
     started: Once,
     closing: AtomicBool,
 }
 
 impl JobWakeups {
-    pub fn new(relaxed: PgPool) -> Arc<Self> {
+    pub fn new(relaxed: Arc<HeldConnections<Postgres>>) -> Arc<Self> {
         Arc::new(Self {
             relaxed,
             requested: Notify::new(),
@@ -59,7 +61,7 @@ impl JobWakeups {
         self.requested.notify_one();
     }
 
-    /// Ends the task, which gives its connection back, so that closing the pool can finish.
+    /// Ends the task after the wake-up it may be sending.
     pub fn close(&self) {
         self.closing.store(true, Ordering::Release);
         self.requested.notify_one();
@@ -67,32 +69,22 @@ impl JobWakeups {
 }
 
 async fn send_wakeups(wakeups: Arc<JobWakeups>) {
-    let mut conn = None;
     loop {
         wakeups.requested.notified().await;
         if wakeups.closing.load(Ordering::Acquire) {
             return;
         }
-        if let Err(e) = notify(&wakeups.relaxed, &mut conn).await {
-            conn = None;
-            tracing::debug!(error = %e, "job wake-up not sent; workers find the jobs at their next poll");
+        let sent = wakeups
+            .relaxed
+            .run(async |conn: &mut PgConnection| {
+                sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(JOBS_CHANNEL)
+                    .execute(conn)
+                    .await
+            })
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "job wake-up not sent; workers find the jobs at their next poll");
         }
     }
-}
-
-/// One `pg_notify`, on a connection kept between wake-ups (they come at up to one per
-/// ingest commit, and the pool tests a connection on its way in and out).
-async fn notify(
-    pool: &PgPool,
-    conn: &mut Option<PoolConnection<Postgres>>,
-) -> Result<(), sqlx::Error> {
-    let conn = match conn {
-        Some(conn) => conn,
-        None => conn.insert(pool.acquire().await?),
-    };
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(JOBS_CHANNEL)
-        .execute(&mut **conn)
-        .await?;
-    Ok(())
 }
