@@ -216,11 +216,16 @@ impl Checkpointer {
         let frames = done.frames;
         let options = self.pool.connect_options();
         let path = options.get_filename();
-        let synced_database = self
-            .database
-            .after_checkpoint(path, done.copied)
-            .await?
-            .is_some();
+        let database_sync = self.database.after_checkpoint(path, done.copied).await?;
+        tracing::debug!(
+            ?priority,
+            frames,
+            copied = done.copied,
+            round_ms = started.elapsed().as_millis() as u64,
+            database_sync_ms = database_sync.map(|d| d.as_millis() as u64),
+            "WAL checkpoint round"
+        );
+        let synced_database = database_sync.is_some();
         let mut restarted = false;
         if frames >= self.restart_after_frames {
             if self.restart_conn.is_none() {
