@@ -112,8 +112,8 @@ impl PgStore {
         if let Some(save) = save {
             save_response(&mut tx, save, now).await?;
         }
-        notify_jobs(&mut tx).await?;
         tx.commit().await?;
+        self.job_wakeups.wake();
         Ok(())
     }
 
@@ -156,8 +156,8 @@ impl PgStore {
         if let Some(key) = key {
             save_progress(&mut tx, key, &next, now).await?;
         }
-        notify_jobs(&mut tx).await?;
         tx.commit().await?;
+        self.job_wakeups.wake();
         Ok(BulkProgress {
             after: next.after.or(progress.after),
             ..next
@@ -190,8 +190,8 @@ impl PgStore {
         if let Some(save) = save {
             save_response(&mut tx, save, now).await?;
         }
-        notify_jobs(&mut tx).await?;
         tx.commit().await?;
+        self.job_wakeups.wake();
         Ok(true)
     }
 
@@ -213,8 +213,8 @@ impl PgStore {
         if let Some(key) = key {
             save_progress(&mut tx, key, &next, now).await?;
         }
-        notify_jobs(&mut tx).await?;
         tx.commit().await?;
+        self.job_wakeups.wake();
         Ok(next)
     }
 
@@ -403,13 +403,5 @@ async fn save_progress(
     .bind(key.key)
     .execute(&mut **tx)
     .await?;
-    Ok(())
-}
-
-async fn notify_jobs(tx: &mut Transaction<'_, Postgres>) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(super::JOBS_CHANNEL)
-        .execute(&mut **tx)
-        .await?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! PostgreSQL: the workers' wake-up, sent after ingest's commit rather than inside it.
+//! PostgreSQL: the workers' wake-up, sent after the commit that queued jobs (ingest's, or an
+//! admin replay's or retry's) rather than inside it.
 //!
 //! `NOTIFY` takes one lock for the whole cluster at commit (`PreCommit_Notify`) and holds
 //! it until the commit is flushed, so that notifications queue in commit order. Sent from
