@@ -75,7 +75,7 @@ impl PgStore {
             .ingest_connections
             .run(async |conn: &mut PgConnection| {
                 let created = self.insert_rows(conn, &arrays).await?;
-                let found = lookup_conflicted(conn, &created.ids, &rows).await?;
+                let found = lookup_conflicted(conn, &rows, &created.ids).await?;
                 Ok::<_, sqlx::Error>((created, found))
             })
             .await?;
@@ -133,8 +133,8 @@ impl PgStore {
 /// the insert committed, so the winner's row is visible.
 async fn lookup_conflicted(
     conn: &mut PgConnection,
-    created: &[Uuid],
     rows: &[&NewEvent<'_>],
+    created: &[Uuid],
 ) -> Result<Vec<(Uuid, String, String)>, sqlx::Error> {
     let created: HashSet<&Uuid> = created.iter().collect();
     let conflicted: Vec<&NewEvent<'_>> = rows
