@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use sqlx::Connection as _;
 
 use crate::both_backends;
+use crate::support::raw::RawConn;
 use crate::support::{error_code, spawn_app, Backend, TestApp};
 use hookgate::domain::{EventId, Name, ProviderEventId};
 use hookgate::store::{InsertOutcome, NewEvent};
@@ -15,37 +15,6 @@ both_backends!(
     an_abandoned_transaction_stores_nothing_and_the_retry_stores_the_event,
     committed_but_unanswered_event_is_a_duplicate_on_retry,
 );
-
-/// A raw connection to the gateway's database, as a second process would have.
-enum RawConn {
-    Sqlite(sqlx::SqliteConnection),
-    Postgres(sqlx::PgConnection),
-}
-
-impl RawConn {
-    async fn open(app: &TestApp) -> Self {
-        match app.backend {
-            Backend::Sqlite => Self::Sqlite(
-                sqlx::SqliteConnection::connect(&app.database_url)
-                    .await
-                    .unwrap(),
-            ),
-            Backend::Postgres => Self::Postgres(
-                sqlx::PgConnection::connect(&app.database_url)
-                    .await
-                    .unwrap(),
-            ),
-        }
-    }
-
-    async fn exec(&mut self, sql: &str) {
-        match self {
-            Self::Sqlite(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
-            Self::Postgres(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
-        }
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-}
 
 /// A second connection that can make the gateway's job inserts fail, as a store fault.
 pub struct RawConnHandle(tokio::sync::Mutex<RawConn>);

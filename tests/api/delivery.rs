@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use sqlx::Connection as _;
+use reqwest::Method;
 
 use crate::both_backends;
+use crate::support::raw::RawConn;
 use crate::support::sink::{Answer, Sink};
-use crate::support::{spawn_app_with_sink, Backend, TestApp};
+use crate::support::{spawn_app_with_sink, Backend, TestApp, ACME_TOKEN};
 use hookgate::queue::JobStatus;
 use hookgate::verify::{ProviderRegistry, RequestHeaders, SourceVerifier, Unverified, Verified};
 
@@ -227,6 +228,28 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
     app.ingest_stripe("evt_wake").await;
     let got = sink.wait_for("/billing", 1, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 1, "delivered promptly after a wake-up");
+
+    // That first event may have been found by the worker's first claim, with no wake-up at
+    // all. Once the worker waits, only a wake-up can deliver: from ingest's commit, and from
+    // an admin replay's.
+    let settled = || tokio::time::sleep(Duration::from_millis(300));
+    settled().await;
+    let second = app.ingest_stripe("evt_wake_2").await;
+    let got = sink.wait_for("/billing", 2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2, "a waiting worker was not woken by ingest");
+    settled().await;
+    let replay = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            &format!("/events/{second}/replay"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(replay.status(), 202);
+    let got = sink.wait_for("/billing", 3, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 3, "a waiting worker was not woken by a replay");
     worker.stop().await;
 }
 
@@ -289,21 +312,10 @@ async fn commit_an_event_and_its_job_without_waking(app: &TestApp) {
             ),
         ),
     };
-    let sql = format!("BEGIN; {events}; {jobs}; COMMIT;");
-    match app.backend {
-        Backend::Sqlite => {
-            let mut c = sqlx::SqliteConnection::connect(&app.database_url)
-                .await
-                .unwrap();
-            sqlx::raw_sql(&sql).execute(&mut c).await.unwrap();
-        }
-        Backend::Postgres => {
-            let mut c = sqlx::PgConnection::connect(&app.database_url)
-                .await
-                .unwrap();
-            sqlx::raw_sql(&sql).execute(&mut c).await.unwrap();
-        }
-    }
+    RawConn::open(app)
+        .await
+        .exec(&format!("BEGIN; {events}; {jobs}; COMMIT;"))
+        .await;
 }
 
 /// A claim takes exactly as many due jobs as asked, the oldest first, none twice, and a

@@ -4,6 +4,7 @@
 
 pub mod postgres;
 pub mod proxy;
+pub mod raw;
 pub mod signing;
 pub mod sink;
 
