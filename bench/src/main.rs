@@ -6,6 +6,7 @@
 #[allow(dead_code)] // the chaos run's restarts and fault hooks are not used here
 mod cluster;
 mod gateway;
+mod handler_latency;
 mod http1;
 mod loadgen;
 mod markdown;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::{Gateway, GatewayOpts, GwConfig, Role};
+use crate::handler_latency::{self, HandlerLatency};
 use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
 use crate::payload::{bench_sources, SourceSpec};
 use crate::pg::PgServer;
@@ -66,6 +67,8 @@ impl Ctx {
 pub struct IngestRun {
     pub max: LoadReport,
     pub half_rate: LoadReport,
+    /// The half-rate run as the gateway's own histogram saw it (None: `/metrics` unread).
+    pub half_rate_handler: Option<HandlerLatency>,
     /// VmHWM of the gateway after both runs.
     pub peak_rss_mb: f64,
 }
@@ -84,10 +87,21 @@ pub async fn measure_ingest(ctx: &Ctx, cfg: &GwConfig, tag: &str) -> anyhow::Res
         per_sec: (max.throughput / 2.0).max(1.0),
         connections: ctx.rate_connections,
     };
+    let before = handler_latency::snapshot(gw.addr()).await;
     let half_rate = loadgen::run(ctx.spec(&gw, rate, ctx.run_len(), Ids::fresh()))
         .await
         .report;
+    let half_rate_handler = match (before, handler_latency::snapshot(gw.addr()).await) {
+        (Ok(before), Ok(after)) => Some(after.since(&before)),
+        (Err(e), _) | (_, Err(e)) => {
+            println!("    (the gateway's /metrics could not be read: {e:#})");
+            None
+        }
+    };
     println!("    {}", half_rate.line());
+    if let Some(h) = &half_rate_handler {
+        println!("    {}", h.line());
+    }
     if !half_rate.stalls.is_empty() {
         println!("    slowest windows: {}", half_rate.stalls_line());
     }
@@ -97,6 +111,7 @@ pub async fn measure_ingest(ctx: &Ctx, cfg: &GwConfig, tag: &str) -> anyhow::Res
     Ok(IngestRun {
         max,
         half_rate,
+        half_rate_handler,
         peak_rss_mb,
     })
 }
