@@ -462,6 +462,47 @@ mod tests {
     }
 
     #[test]
+    fn the_half_rate_row_shows_the_handlers_share_and_is_judged_on_the_loadgens_p99() {
+        let table = |p99_ms: f64| {
+            render(&Results {
+                ingest_pg: Some(crate::scenarios::ingest::IngestPg {
+                    gateway: crate::scenarios::IngestRun {
+                        half_rate: crate::loadgen::LoadReport {
+                            target_rate: Some(6_000.0),
+                            latency: crate::stats::LatencySummary {
+                                p99_ms,
+                                ..Default::default()
+                            },
+                            ..Default::default()
+                        },
+                        half_rate_handler: Some(crate::handler_latency::HandlerLatency {
+                            requests: 1_000,
+                            over_10ms: 5,
+                            over_25ms: 1,
+                        }),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        let row = |text: String| {
+            text.lines()
+                .find(|l| l.contains("half the max rate, PostgreSQL"))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("no half-rate row in {text}"))
+        };
+        let slow = row(table(12.0));
+        assert!(
+            slow.contains("; in the handler 0.50 % over 10 ms, 1 over 25 ms"),
+            "{slow}"
+        );
+        assert!(slow.ends_with("| **no** |"), "{slow}");
+        assert!(row(table(9.0)).ends_with("| yes |"));
+    }
+
+    #[test]
     fn renders_an_empty_run() {
         let text = render(&Results::default());
         assert!(text.contains("| what | target |"));
