@@ -2,6 +2,7 @@
 //! after the commit that holds its event.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -62,6 +63,12 @@ impl PendingEvent {
     }
 }
 
+/// How long an ingest batch may be in flight before another writer starts one beside it. It
+/// is longer than a batch takes on a disk with fast syncs. There one batch at a time, holding
+/// all that arrived during the last, costs PostgreSQL a quarter less CPU per event. It is
+/// short enough that a batch waiting on a lock holds the others up only briefly.
+const RELIEVE_AFTER: Duration = Duration::from_millis(2);
+
 /// Group commit for ingest: concurrent requests' events share transactions.
 #[derive(Clone)]
 pub struct IngestBatcher {
@@ -70,8 +77,9 @@ pub struct IngestBatcher {
 }
 
 impl IngestBatcher {
-    /// Starts `writers` tasks (transactions in flight at once) writing up to `max_batch`
-    /// events per transaction. Must be called inside a tokio runtime.
+    /// Starts `writers` tasks writing up to `max_batch` events per transaction. They take
+    /// turns, and another starts beside a batch in flight only after `RELIEVE_AFTER`. Must be
+    /// called inside a tokio runtime.
     pub fn start(store: Store, writers: usize, max_batch: usize) -> Self {
         let handoff: Arc<OnceLock<Handoff>> = Arc::default();
         let local = handoff.clone();
@@ -79,7 +87,7 @@ impl IngestBatcher {
             let (store, handoff) = (store.clone(), local.get().cloned());
             async move { write_batch(&store, handoff.as_ref(), batch).await }
         };
-        let events = GroupCommit::start(writers, max_batch, write);
+        let events = GroupCommit::start_relieving(writers, max_batch, RELIEVE_AFTER, write);
         Self { events, handoff }
     }
 

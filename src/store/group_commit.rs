@@ -4,11 +4,11 @@
 //! waits for a batch to fill. Ingest uses it for events, workers for delivery outcomes.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot, Mutex, Notify, RwLock};
 
 use super::StoreError;
 
@@ -20,6 +20,19 @@ struct Shared<T, R> {
     gate: RwLock<()>,
     submitted: AtomicU64,
     batches: AtomicU64,
+    /// Writers whose batch is being written now, and a signal each time one finishes.
+    writing: AtomicUsize,
+    finished: Notify,
+}
+
+/// How the writer tasks form their batches.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pacing {
+    /// Each batch waits up to this long after its first item for more, until it is full.
+    linger: Duration,
+    /// With several writers: a writer that has items while another one is writing waits for
+    /// that one to finish, up to this long, before it writes them (see `start_relieving`).
+    relieve_after: Option<Duration>,
 }
 
 /// Handle to the writer tasks; cheap to clone.
@@ -62,6 +75,41 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         W: Fn(Vec<T>) -> F + Send + Sync + 'static,
         F: Future<Output = Result<Vec<R>, StoreError>> + Send + 'static,
     {
+        let pacing = Pacing {
+            linger,
+            relieve_after: None,
+        };
+        Self::start_paced(writers, max_batch, pacing, write)
+    }
+
+    /// As `start`, but a writer with items waits while another writer's batch is in flight,
+    /// up to `relieve_after`, and then writes everything waiting at once. So the writers take
+    /// turns and each batch holds what arrived during the last one. Where a statement costs
+    /// the database more than the sync after it, larger batches raise what it can take
+    /// (bench/RESULTS.md, session 22). A batch that takes longer than `relieve_after`, such as
+    /// one waiting on a lock or a slow sync, is relieved: the next writer goes ahead without it.
+    pub fn start_relieving<W, F>(
+        writers: usize,
+        max_batch: usize,
+        relieve_after: Duration,
+        write: W,
+    ) -> Self
+    where
+        W: Fn(Vec<T>) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<Vec<R>, StoreError>> + Send + 'static,
+    {
+        let pacing = Pacing {
+            linger: Duration::ZERO,
+            relieve_after: Some(relieve_after),
+        };
+        Self::start_paced(writers, max_batch, pacing, write)
+    }
+
+    fn start_paced<W, F>(writers: usize, max_batch: usize, pacing: Pacing, write: W) -> Self
+    where
+        W: Fn(Vec<T>) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<Vec<R>, StoreError>> + Send + 'static,
+    {
         let max_batch = max_batch.max(1);
         let writers = writers.max(1);
         // Bounded so a stalled store pushes back on callers instead of piling up memory.
@@ -71,13 +119,15 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             gate: RwLock::new(()),
             submitted: AtomicU64::new(0),
             batches: AtomicU64::new(0),
+            writing: AtomicUsize::new(0),
+            finished: Notify::new(),
         });
         let write = Arc::new(write);
         for _ in 0..writers {
             tokio::spawn(write_batches(
                 shared.clone(),
                 max_batch,
-                linger,
+                pacing,
                 write.clone(),
             ));
         }
@@ -115,7 +165,7 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
 async fn write_batches<T, R, W, F>(
     shared: Arc<Shared<T, R>>,
     max_batch: usize,
-    linger: Duration,
+    pacing: Pacing,
     write: Arc<W>,
 ) where
     W: Fn(Vec<T>) -> F,
@@ -134,7 +184,11 @@ async fn write_batches<T, R, W, F>(
             // Waiting here (not before `recv`) keeps one gatherer holding the queue, so
             // everything sent while the gate is held lands in the same batch.
             let guard = shared.gate.read().await;
+            if let Some(relieve_after) = pacing.relieve_after {
+                wait_for_writing_batch(&shared, relieve_after).await;
+            }
             // Everything already waiting, then (with a window) what arrives within it.
+            let linger = pacing.linger;
             let deadline = (!linger.is_zero()).then(|| tokio::time::Instant::now() + linger);
             while items.len() < max_batch {
                 let next = match (receiver.try_recv(), deadline) {
@@ -152,7 +206,10 @@ async fn write_batches<T, R, W, F>(
             guard
         };
         let size = items.len();
+        shared.writing.fetch_add(1, Ordering::SeqCst);
         let result = write(items).await;
+        shared.writing.fetch_sub(1, Ordering::SeqCst);
+        shared.finished.notify_waiters();
         drop(guard);
         shared.batches.fetch_add(1, Ordering::SeqCst);
         match result {
@@ -177,6 +234,23 @@ async fn write_batches<T, R, W, F>(
                     let _ = reply.send(Err(e.clone()));
                 }
             }
+        }
+    }
+}
+
+/// Returns once no other writer's batch is in flight, or after `limit`.
+async fn wait_for_writing_batch<T, R>(shared: &Shared<T, R>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let finished = shared.finished.notified();
+        tokio::pin!(finished);
+        // Registered before the check, so a batch that ends in between still wakes us.
+        finished.as_mut().enable();
+        if shared.writing.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, finished).await.is_err() {
+            return;
         }
     }
 }
@@ -237,5 +311,70 @@ mod tests {
             assert_eq!(s.await.unwrap(), 8);
         }
         assert!(started.elapsed() < Duration::from_secs(3600));
+    }
+
+    /// Sizes of the batches, in the order they began.
+    type BatchLog = Arc<std::sync::Mutex<Vec<usize>>>;
+
+    /// Two relieving writers; the batch holding item 0 stays in flight until `release` is
+    /// notified, every other batch is written at once. Each item is answered with its batch's
+    /// size, and `started` lists the sizes of the batches in the order they began.
+    fn relieving_with_a_slow_first_batch(
+        relieve_after: Duration,
+    ) -> (GroupCommit<u32, usize>, Arc<Notify>, BatchLog) {
+        let release = Arc::new(Notify::new());
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (r, st) = (release.clone(), started.clone());
+        let commit = GroupCommit::start_relieving(2, 8, relieve_after, move |batch: Vec<u32>| {
+            let (release, started) = (r.clone(), st.clone());
+            async move {
+                started.lock().unwrap().push(batch.len());
+                if batch.contains(&0) {
+                    release.notified().await;
+                }
+                Ok(vec![batch.len(); batch.len()])
+            }
+        });
+        (commit, release, started)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn relieving_writers_take_turns_and_the_next_batch_holds_all_that_waited() {
+        let (commit, release, started) = relieving_with_a_slow_first_batch(Duration::from_secs(1));
+        let first = spawn_submit(&commit, 0);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Items arriving one by one while the first batch is in flight: the idle writer
+        // waits for it rather than writing each on its own.
+        let mut later = Vec::new();
+        for i in 1..=3 {
+            later.push(spawn_submit(&commit, i));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(*started.lock().unwrap(), vec![1]);
+        release.notify_one();
+        assert_eq!(first.await.unwrap(), 1);
+        for s in later {
+            assert_eq!(s.await.unwrap(), 3);
+        }
+        assert_eq!(*started.lock().unwrap(), vec![1, 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_in_flight_too_long_is_relieved_by_the_next_writer() {
+        let (commit, release, started) =
+            relieving_with_a_slow_first_batch(Duration::from_millis(50));
+        let stuck = spawn_submit(&commit, 0);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(commit.submit(1).await.unwrap(), 1);
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(50) && waited < Duration::from_millis(60),
+            "waited {waited:?}"
+        );
+        assert_eq!(*started.lock().unwrap(), vec![1, 1]);
+        assert!(!stuck.is_finished());
+        release.notify_one();
+        assert_eq!(stuck.await.unwrap(), 1);
     }
 }
