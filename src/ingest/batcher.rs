@@ -9,7 +9,9 @@ use chrono::{DateTime, Utc};
 
 use crate::config::Source;
 use crate::domain::{EventId, Name, ProviderEventId};
-use crate::store::{ClaimedJob, GroupCommit, InsertOutcome, NewEvent, PreClaim, Store, StoreError};
+use crate::store::{
+    ClaimedJob, GroupCommit, InsertOutcome, NewEvent, Pacing, PreClaim, Store, StoreError,
+};
 use crate::worker::{Handoff, Reservation};
 
 /// An event to store, owning its data so it can wait in the queue.
@@ -87,7 +89,11 @@ impl IngestBatcher {
             let (store, handoff) = (store.clone(), local.get().cloned());
             async move { write_batch(&store, handoff.as_ref(), batch).await }
         };
-        let events = GroupCommit::start_relieving(writers, max_batch, RELIEVE_AFTER, write);
+        let pacing = Pacing {
+            relieve_after: Some(RELIEVE_AFTER),
+            ..Pacing::default()
+        };
+        let events = GroupCommit::start_paced(writers, max_batch, pacing, write);
         Self { events, handoff }
     }
 

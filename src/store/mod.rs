@@ -36,7 +36,7 @@ pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
     NewJob, PageCursor, ProgressKey, SavedResponse,
 };
-pub use group_commit::GroupCommit;
+pub use group_commit::{GroupCommit, Pacing};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use types::{

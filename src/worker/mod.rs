@@ -19,7 +19,7 @@ use crate::config::GatewayConfig;
 use crate::delivery::Deliverer;
 use crate::domain::JobId;
 use crate::store::{
-    AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate, Store,
+    AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate, Pacing, Store,
     StoreError,
 };
 use crate::telemetry::Metrics;
@@ -319,10 +319,14 @@ impl Worker {
             .deliveries
             .get_or_init(|| {
                 let store = self.store.clone();
-                let outcomes = GroupCommit::start_lingering(
+                let pacing = Pacing {
+                    linger: self.config.worker.batch_window,
+                    ..Pacing::default()
+                };
+                let outcomes = GroupCommit::start_paced(
                     OUTCOME_WRITERS,
                     OUTCOME_BATCH_MAX,
-                    self.config.worker.batch_window,
+                    pacing,
                     move |batch: Vec<JobOutcome>| {
                         let store = store.clone();
                         async move { store.finish_jobs(&batch).await }
