@@ -14,6 +14,7 @@ mod admin;
 mod admin_sql;
 mod admin_types;
 mod batch;
+mod gauges_sql;
 mod group_commit;
 mod held;
 mod idempotency;

@@ -419,13 +419,11 @@ impl PgStore {
         &self,
         now: DateTime<Utc>,
     ) -> Result<std::time::Duration, StoreError> {
-        let oldest: Option<DateTime<Utc>> = sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM jobs WHERE status = 'pending' AND next_attempt_at <= $1",
-        )
-        .bind(now)
-        .fetch_one(&self.pool)
-        .await?;
-        let oldest: Option<DateTime<Utc>> = oldest;
+        let oldest: Option<DateTime<Utc>> =
+            sqlx::query_scalar(&super::gauges_sql::oldest_due_pending("$1"))
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await?;
         Ok(oldest
             .and_then(|t| (now - t).to_std().ok())
             .unwrap_or_default())

@@ -441,12 +441,10 @@ impl SqliteStore {
         &self,
         now: DateTime<Utc>,
     ) -> Result<std::time::Duration, StoreError> {
-        let oldest: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM jobs WHERE status = 'pending' AND next_attempt_at <= ?",
-        )
-        .bind(millis(now))
-        .fetch_one(&self.pool)
-        .await?;
+        let oldest: Option<i64> = sqlx::query_scalar(&super::gauges_sql::oldest_due_pending("?1"))
+            .bind(millis(now))
+            .fetch_one(&self.pool)
+            .await?;
         let oldest: Option<DateTime<Utc>> = oldest.map(from_millis).transpose()?;
         Ok(oldest
             .and_then(|t| (now - t).to_std().ok())

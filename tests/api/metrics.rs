@@ -2,9 +2,14 @@
 
 use crate::both_backends;
 use crate::support::sink::{Answer, Sink};
-use crate::support::{signing, spawn_app_with_sink, Backend, TestApp};
+use crate::support::{signing, spawn_app, spawn_app_with_sink, Backend, TestApp};
+use chrono::{DateTime, TimeZone, Utc};
+use std::time::Duration;
 
-both_backends!(metrics_count_exactly_what_happened);
+both_backends!(
+    metrics_count_exactly_what_happened,
+    delivery_lag_is_the_age_of_the_oldest_due_pending_job_over_all_destinations,
+);
 
 async fn scrape(app: &TestApp) -> String {
     let r = app.client.get(app.url("/metrics")).send().await.unwrap();
@@ -119,4 +124,77 @@ async fn metrics_count_exactly_what_happened(backend: Backend) {
     );
     // Two jobs from evt_m1/evt_m2 retry in 5 s and are not due; evt_m3's were repaired due now.
     assert!(value(&text, "hookgate_delivery_lag_seconds").unwrap() >= 0.0);
+}
+
+/// Stores one event with a job for `destination`, due at `received_at`.
+async fn queue_job(app: &TestApp, destination: &str, received_at: DateTime<Utc>) {
+    let tenant = hookgate::domain::Name::parse("tenant", "acme").unwrap();
+    let source = hookgate::domain::Name::parse("source", "stripe").unwrap();
+    let pid = hookgate::domain::ProviderEventId::parse(&uuid::Uuid::now_v7().to_string()).unwrap();
+    let destinations = [hookgate::domain::Name::parse("destination", destination).unwrap()];
+    app.store
+        .insert_event(&hookgate::store::NewEvent {
+            received_at,
+            destinations: &destinations,
+            ..crate::support::new_event(&tenant, &source, &pid, b"{}")
+        })
+        .await
+        .unwrap();
+}
+
+/// The gauge reads the index one destination at a time; the oldest due job may sit under
+/// any of them, and jobs not pending or not yet due do not count.
+async fn delivery_lag_is_the_age_of_the_oldest_due_pending_job_over_all_destinations(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    // Whole milliseconds, which is what SQLite keeps.
+    let now = Utc
+        .timestamp_millis_opt(Utc::now().timestamp_millis())
+        .unwrap();
+    let ago = |s: i64| now - chrono::Duration::seconds(s);
+    assert_eq!(app.store.delivery_lag(now).await.unwrap(), Duration::ZERO);
+
+    queue_job(&app, "alpha", ago(10)).await;
+    queue_job(&app, "alpha", ago(3)).await;
+    queue_job(&app, "mid", ago(40)).await;
+    queue_job(&app, "mid", ago(-60)).await; // not yet due
+    queue_job(&app, "zulu", ago(25)).await;
+    queue_job(&app, "zulu", ago(-600)).await; // not yet due
+    queue_job(&app, "claimed", ago(900)).await;
+    let lease = now + chrono::Duration::seconds(30);
+    let claimed = app
+        .store
+        .claim_jobs("claimed", 10, now, lease)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+
+    assert_eq!(
+        app.store.delivery_lag(now).await.unwrap(),
+        Duration::from_secs(40)
+    );
+    // With mid's due job claimed, the oldest is zulu's, the last destination in order.
+    assert_eq!(
+        app.store
+            .claim_jobs("mid", 10, now, lease)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        app.store.delivery_lag(now).await.unwrap(),
+        Duration::from_secs(25)
+    );
+    // Later, mid's other job is due too and is the oldest of all.
+    let later = now + chrono::Duration::seconds(100);
+    assert_eq!(
+        app.store.delivery_lag(later).await.unwrap(),
+        Duration::from_secs(125)
+    );
+    // The scrape reports the same gauge.
+    let text = scrape(&app).await;
+    let lag = value(&text, "hookgate_delivery_lag_seconds").unwrap();
+    assert!((25.0..35.0).contains(&lag), "{lag}\n{text}");
 }
