@@ -1,4 +1,4 @@
-//! SQL for the `/metrics` gauges that both backends run with only the placeholder changed.
+//! SQL for the `/metrics` gauges, the same on both backends but for a placeholder.
 
 /// The oldest `next_attempt_at` among pending jobs due at the bound time, or NULL.
 ///
@@ -26,3 +26,18 @@ pub(super) fn oldest_due_pending(now: &str) -> String {
          ) AS per_destination"
     )
 }
+
+/// Unfinished jobs by status and destination: pending, in progress, and failed not discarded
+/// (dead letters). Each part reads its own partial index (`jobs_due_idx`, `jobs_lease_idx`,
+/// `jobs_dead_letters_idx`), so the cost follows the unfinished jobs. One scan with an `OR`
+/// of the three conditions would read every job ever stored, succeeded ones included, whose
+/// number grows with history until retention deletes them.
+pub(super) const COUNT_UNFINISHED_JOBS: &str = "\
+    SELECT 'pending' AS status, destination, COUNT(*) FROM jobs \
+    WHERE status = 'pending' GROUP BY destination \
+    UNION ALL \
+    SELECT 'in_progress', destination, COUNT(*) FROM jobs \
+    WHERE status = 'in_progress' GROUP BY destination \
+    UNION ALL \
+    SELECT 'failed', destination, COUNT(*) FROM jobs \
+    WHERE status = 'failed' AND discarded_at IS NULL GROUP BY destination";

@@ -426,14 +426,9 @@ impl SqliteStore {
     /// Jobs that are not finished successfully, by status and destination (succeeded jobs
     /// are unbounded and left to the delivery counters).
     pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT status, destination, COUNT(*) FROM jobs \
-             WHERE status IN ('pending', 'in_progress') \
-                OR (status = 'failed' AND discarded_at IS NULL) \
-             GROUP BY status, destination",
-        )
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_as(super::gauges_sql::COUNT_UNFINISHED_JOBS)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Age of the oldest due pending job.

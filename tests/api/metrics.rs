@@ -4,11 +4,13 @@ use crate::both_backends;
 use crate::support::sink::{Answer, Sink};
 use crate::support::{signing, spawn_app, spawn_app_with_sink, Backend, TestApp};
 use chrono::{DateTime, TimeZone, Utc};
+use hookgate::store::{AttemptOutcome, JobUpdate};
 use std::time::Duration;
 
 both_backends!(
     metrics_count_exactly_what_happened,
     delivery_lag_is_the_age_of_the_oldest_due_pending_job_over_all_destinations,
+    the_job_gauge_counts_unfinished_jobs_by_status_and_destination,
 );
 
 async fn scrape(app: &TestApp) -> String {
@@ -197,4 +199,68 @@ async fn delivery_lag_is_the_age_of_the_oldest_due_pending_job_over_all_destinat
     let text = scrape(&app).await;
     let lag = value(&text, "hookgate_delivery_lag_seconds").unwrap();
     assert!((25.0..35.0).contains(&lag), "{lag}\n{text}");
+}
+
+/// Ends a claimed job as a worker would.
+async fn finish(app: &TestApp, job: &hookgate::store::ClaimedJob, update: JobUpdate) {
+    let now = Utc::now();
+    let record = hookgate::store::AttemptRecord {
+        attempt: job.attempt,
+        worker_id: "test".into(),
+        started_at: now,
+        duration_ms: 1,
+        status_code: Some(500),
+        error: None,
+        outcome: match update {
+            JobUpdate::Succeeded => AttemptOutcome::Succeeded,
+            JobUpdate::Retry { .. } => AttemptOutcome::Retry,
+            JobUpdate::Failed => AttemptOutcome::Failed,
+        },
+    };
+    let applied = app
+        .store
+        .finish_job(job.job_id, job.claim_token, update, &record, now)
+        .await
+        .unwrap();
+    assert!(applied);
+}
+
+/// Each status is counted from its own index; succeeded and discarded jobs are not counted.
+async fn the_job_gauge_counts_unfinished_jobs_by_status_and_destination(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let now = Utc::now();
+    let lease = now + chrono::Duration::seconds(30);
+    for _ in 0..3 {
+        queue_job(&app, "alpha", now).await;
+        queue_job(&app, "beta", now).await;
+    }
+    let alpha = app.store.claim_jobs("alpha", 1, now, lease).await.unwrap();
+    finish(&app, &alpha[0], JobUpdate::Succeeded).await;
+    let beta = app.store.claim_jobs("beta", 3, now, lease).await.unwrap();
+    assert_eq!(beta.len(), 3);
+    finish(&app, &beta[0], JobUpdate::Failed).await;
+    finish(&app, &beta[1], JobUpdate::Failed).await;
+    assert!(app
+        .store
+        .discard_dead_letter(beta[1].job_id, "acme", now)
+        .await
+        .unwrap());
+
+    let mut counts = app.store.count_jobs_by_status().await.unwrap();
+    counts.sort();
+    let expect = [
+        ("failed", "beta", 1),
+        ("in_progress", "beta", 1),
+        ("pending", "alpha", 2),
+    ];
+    let expect: Vec<_> = expect
+        .iter()
+        .map(|&(s, d, n)| (s.to_owned(), d.to_owned(), n))
+        .collect();
+    assert_eq!(counts, expect);
+    let text = scrape(&app).await;
+    for (status, destination, n) in expect {
+        let series = format!(r#"hookgate_jobs{{destination="{destination}",status="{status}"}}"#);
+        assert_eq!(value(&text, &series), Some(n as f64), "{series}\n{text}");
+    }
 }
