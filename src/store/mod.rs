@@ -46,6 +46,17 @@ pub use types::{
     StoredJob,
 };
 
+/// How often SQLite's WAL is checkpointed. Small and often: each round ends with a sync of
+/// the database file, and a commit's WAL sync issued meanwhile waits for it, since a disk's
+/// flush waits for the writes queued ahead of it. A round's sync is as long as the pages it
+/// copied, and most of those are the dedupe index's leaves, one per event (its keys are
+/// random), which fewer rounds do not save; more rounds cost only the right-most pages of
+/// the other indexes, copied again each time. Measured (bench/RESULTS.md): 1 s to 250 ms took
+/// the p99 at 4,000 events/s from 12-69 ms to 6.7-9.5 ms (session 3); 250 ms to 25 ms took
+/// the p99 at half the maximum rate at FULL from 23.7-26.4 ms to 7.6-8.3 ms, for about 6 %
+/// of the maximum rate (session 25). While there is nothing to copy, rounds slow down.
+pub const SQLITE_CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or cannot take the write now; the caller may retry.
@@ -105,10 +116,7 @@ impl Store {
     /// Background upkeep a serving process runs: SQLite's WAL checkpoints.
     pub fn spawn_maintenance(&self) {
         if let Self::Sqlite(s) = self {
-            // Small and often: each checkpoint's fsync of the database file then holds up
-            // the next commits' WAL syncs less (measured: p99 at 4,000 events/s 12-69 ms
-            // with 1 s, 6.7-9.5 ms with 250 ms; bench/RESULTS.md).
-            s.spawn_checkpoints(std::time::Duration::from_millis(250));
+            s.spawn_checkpoints(SQLITE_CHECKPOINT_EVERY);
         }
     }
 

@@ -2,14 +2,15 @@
 //! the WAL whenever it has grown past a bound.
 //!
 //! A checkpoint copies every page the WAL holds back into the database file: CPU work, done
-//! every 250 ms, that competed with the commits it follows (on a quiet 2-core machine it
-//! doubled ingest's p99 at half rate, bench/RESULTS.md). sqlx runs each SQLite connection on
-//! a thread of its own, spawned by whichever thread opens the connection, and a Linux thread
-//! starts with its parent's scheduling policy; so the checkpoint connection is opened from a
-//! short-lived thread that first puts itself in `SCHED_IDLE`. Its checkpoints then run only on
-//! CPU time no other thread of the machine wants. On a machine kept busy they would get
-//! almost none (an idle thread weighs 3 against a normal one's 1,024), so a round that took
-//! much longer than the interval counts as starved, and the next runs at normal priority.
+//! every few tens of milliseconds (`store::SQLITE_CHECKPOINT_EVERY`), that competed with the
+//! commits it follows (on a quiet 2-core machine it doubled ingest's p99 at half rate,
+//! bench/RESULTS.md). sqlx runs each SQLite connection on a thread of its own, spawned by
+//! whichever thread opens the connection, and a Linux thread starts with its parent's
+//! scheduling policy; so the checkpoint connection is opened from a short-lived thread that
+//! first puts itself in `SCHED_IDLE`. Its checkpoints then run only on CPU time no other
+//! thread of the machine wants. On a machine kept busy they would get almost none (an idle
+//! thread weighs 3 against a normal one's 1,024), so a round that took longer than a second
+//! counts as starved, and the next runs at normal priority.
 //!
 //! A PASSIVE checkpoint never starts the WAL over: only a commit that begins just after a
 //! checkpoint has copied every frame does, which under steady load almost never happens. The
@@ -57,8 +58,25 @@ pub const RESTART_AFTER_FRAMES: i64 = 65_536;
 /// holds off writers meanwhile, so it gives up early and tries again next round.
 const RESTART_WAIT: Duration = Duration::from_millis(50);
 
-/// An idle round that took longer than this many intervals was starved.
-const STARVED_AFTER_INTERVALS: u32 = 4;
+/// An idle round that took longer than this was starved. A fixed time, not a count of
+/// intervals: rounds are frequent and small (`Store::spawn_maintenance`), and a machine at
+/// saturation should see a round at normal priority about once a second, as before they were.
+pub const STARVED_AFTER: Duration = Duration::from_secs(1);
+
+/// The longest wait between rounds. While rounds find nothing new to copy, the wait doubles
+/// from the interval up to this, so an idle gateway does not wake 40 times a second; the
+/// first writes after a quiet spell then wait at most this long for their round.
+pub const QUIET_EVERY: Duration = Duration::from_millis(250);
+
+/// The wait before the next round: the interval after a round that copied new frames or
+/// restarted the WAL, else the last wait doubled, up to `QUIET_EVERY` (never below `every`).
+pub fn next_wait(last_wait: Duration, every: Duration, round: &Round) -> Duration {
+    if round.synced_database || round.restarted {
+        every
+    } else {
+        (last_wait * 2).clamp(every, QUIET_EVERY.max(every))
+    }
+}
 
 /// This process's turn at SQLite's write lock, taken by every write transaction and by the
 /// WAL restart, so that none of them waits for the lock in SQLite's busy handler.
@@ -74,9 +92,9 @@ pub enum Priority {
 }
 
 /// The next round's priority, from how the last one went.
-pub fn next_priority(last: Option<(Priority, Duration)>, every: Duration) -> Priority {
+pub fn next_priority(last: Option<(Priority, Duration)>) -> Priority {
     match last {
-        Some((Priority::Idle, took)) if took > every * STARVED_AFTER_INTERVALS => Priority::Normal,
+        Some((Priority::Idle, took)) if took > STARVED_AFTER => Priority::Normal,
         _ => Priority::Idle,
     }
 }
@@ -155,7 +173,6 @@ impl DatabaseSync {
 /// The checkpoints of one SQLite database, a round at a time.
 pub struct Checkpointer {
     pool: SqlitePool,
-    every: Duration,
     restart_after_frames: i64,
     write_turn: WriteTurn,
     idle_conn: Option<SqliteConnection>,
@@ -167,15 +184,9 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    pub fn new(
-        pool: SqlitePool,
-        every: Duration,
-        restart_after_frames: i64,
-        write_turn: WriteTurn,
-    ) -> Self {
+    pub fn new(pool: SqlitePool, restart_after_frames: i64, write_turn: WriteTurn) -> Self {
         Self {
             pool,
-            every,
             restart_after_frames,
             write_turn,
             idle_conn: None,
@@ -197,7 +208,7 @@ impl Checkpointer {
     }
 
     async fn checkpoint_and_restart(&mut self) -> Result<Round, StoreError> {
-        let priority = next_priority(self.last, self.every);
+        let priority = next_priority(self.last);
         let started = Instant::now();
         let done = match priority {
             Priority::Normal => {
@@ -286,7 +297,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Checkpoints every `every` until stopped (or dropped).
+    /// Checkpoints every `every` while there are writes to copy, less often while there are
+    /// none (`next_wait`), until stopped (or dropped).
     pub fn spawn(pool: SqlitePool, every: Duration, write_turn: WriteTurn) -> Self {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(run(pool, every, write_turn, stopped));
@@ -310,16 +322,21 @@ async fn run(
     write_turn: WriteTurn,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let mut checkpointer = Checkpointer::new(pool.clone(), every, RESTART_AFTER_FRAMES, write_turn);
+    let mut checkpointer = Checkpointer::new(pool.clone(), RESTART_AFTER_FRAMES, write_turn);
     tokio::pin!(stop);
+    let mut wait = every;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep(wait) => {}
             _ = &mut stop => break,
         }
-        if let Err(e) = checkpointer.round().await {
-            if !pool.is_closed() {
-                tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+        match checkpointer.round().await {
+            Ok(round) => wait = next_wait(wait, every, &round),
+            Err(e) => {
+                wait = every;
+                if !pool.is_closed() {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+                }
             }
         }
     }

@@ -129,34 +129,57 @@ async fn checkpoints_run_on_an_idle_priority_thread_and_copy_the_wal() {
 
 #[test]
 fn a_starved_idle_checkpoint_is_followed_by_one_at_normal_priority() {
-    use super::checkpoints::{next_priority, Priority};
-    let every = Duration::from_millis(250);
-    assert_eq!(next_priority(None, every), Priority::Idle);
-    let quick = Duration::from_millis(30);
+    use super::checkpoints::{next_priority, Priority, STARVED_AFTER};
+    assert_eq!(next_priority(None), Priority::Idle);
+    // Rounds come every few tens of ms; one that took many intervals is not yet starved.
+    let slow = STARVED_AFTER - Duration::from_millis(1);
+    assert_eq!(next_priority(Some((Priority::Idle, slow))), Priority::Idle);
+    let starved = STARVED_AFTER + Duration::from_millis(1);
     assert_eq!(
-        next_priority(Some((Priority::Idle, quick)), every),
-        Priority::Idle
-    );
-    let starved = Duration::from_secs(2);
-    assert_eq!(
-        next_priority(Some((Priority::Idle, starved)), every),
+        next_priority(Some((Priority::Idle, starved))),
         Priority::Normal
     );
     // One normal round catches up; the one after is idle again, however long that took.
     assert_eq!(
-        next_priority(Some((Priority::Normal, starved)), every),
+        next_priority(Some((Priority::Normal, starved))),
         Priority::Idle
     );
 }
 
-/// Rounds every 250 ms, as the store's own, restarting the WAL past `restart_after_frames`.
+#[test]
+fn rounds_slow_down_while_they_find_nothing_to_copy_and_speed_up_when_they_do() {
+    use super::checkpoints::{next_wait, Priority, Round, QUIET_EVERY};
+    let every = Duration::from_millis(25);
+    let round = |synced_database, restarted| Round {
+        priority: Priority::Idle,
+        frames: 10,
+        restarted,
+        synced_database,
+    };
+    let idle = round(false, false);
+    let mut wait = every;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        wait = next_wait(wait, every, &idle);
+        waits.push(wait.as_millis());
+    }
+    assert_eq!(waits, [50, 100, 200, 250, 250, 250]);
+    assert_eq!(wait, QUIET_EVERY);
+    // New frames copied, or a restart: back to the interval at once.
+    assert_eq!(next_wait(QUIET_EVERY, every, &round(true, false)), every);
+    assert_eq!(next_wait(QUIET_EVERY, every, &round(false, true)), every);
+    // An interval longer than the quiet one is kept as it is.
+    let slow = Duration::from_secs(1);
+    assert_eq!(next_wait(slow, slow, &idle), slow);
+}
+
+/// Rounds run by hand, restarting the WAL past `restart_after_frames`.
 fn checkpointer(
     store: &SqliteStore,
     restart_after_frames: i64,
 ) -> super::checkpoints::Checkpointer {
     super::checkpoints::Checkpointer::new(
         store.pool.clone(),
-        Duration::from_millis(250),
         restart_after_frames,
         store.write_turn.clone(),
     )
