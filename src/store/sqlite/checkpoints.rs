@@ -74,8 +74,15 @@ pub fn next_wait(last_wait: Duration, every: Duration, round: &Round) -> Duratio
     if round.synced_database || round.restarted {
         every
     } else {
-        (last_wait * 2).clamp(every, QUIET_EVERY.max(every))
+        slower(last_wait, every)
     }
+}
+
+/// The last wait doubled, within `every` and `QUIET_EVERY`: after a round with nothing to
+/// copy, and after a failed one, so a failing database is not retried (and logged) 40 times
+/// a second.
+fn slower(last_wait: Duration, every: Duration) -> Duration {
+    (last_wait * 2).clamp(every, QUIET_EVERY.max(every))
 }
 
 /// This process's turn at SQLite's write lock, taken by every write transaction and by the
@@ -333,7 +340,7 @@ async fn run(
         match checkpointer.round().await {
             Ok(round) => wait = next_wait(wait, every, &round),
             Err(e) => {
-                wait = every;
+                wait = slower(wait, every);
                 if !pool.is_closed() {
                     tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
                 }
