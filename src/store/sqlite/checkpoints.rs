@@ -69,20 +69,14 @@ pub const STARVED_AFTER: Duration = Duration::from_secs(1);
 pub const QUIET_EVERY: Duration = Duration::from_millis(250);
 
 /// The wait before the next round: the interval after a round that copied new frames or
-/// restarted the WAL, else the last wait doubled, up to `QUIET_EVERY` (never below `every`).
-pub fn next_wait(last_wait: Duration, every: Duration, round: &Round) -> Duration {
-    if round.synced_database || round.restarted {
-        every
-    } else {
-        slower(last_wait, every)
+/// restarted the WAL; else, after a round with nothing to copy or a failed one (`None`), the
+/// last wait doubled, up to `QUIET_EVERY` (never below `every`), so that neither an idle
+/// database nor a failing one is checkpointed (and logged) 40 times a second.
+pub fn next_wait(last_wait: Duration, every: Duration, round: Option<&Round>) -> Duration {
+    match round {
+        Some(round) if round.synced_database || round.restarted => every,
+        _ => (last_wait * 2).clamp(every, QUIET_EVERY.max(every)),
     }
-}
-
-/// The last wait doubled, within `every` and `QUIET_EVERY`: after a round with nothing to
-/// copy, and after a failed one, so a failing database is not retried (and logged) 40 times
-/// a second.
-fn slower(last_wait: Duration, every: Duration) -> Duration {
-    (last_wait * 2).clamp(every, QUIET_EVERY.max(every))
 }
 
 /// This process's turn at SQLite's write lock, taken by every write transaction and by the
@@ -337,13 +331,11 @@ async fn run(
             () = tokio::time::sleep(wait) => {}
             _ = &mut stop => break,
         }
-        match checkpointer.round().await {
-            Ok(round) => wait = next_wait(wait, every, &round),
-            Err(e) => {
-                wait = slower(wait, every);
-                if !pool.is_closed() {
-                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
-                }
+        let round = checkpointer.round().await;
+        wait = next_wait(wait, every, round.as_ref().ok());
+        if let Err(e) = round {
+            if !pool.is_closed() {
+                tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
             }
         }
     }

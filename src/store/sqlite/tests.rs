@@ -147,7 +147,7 @@ fn a_starved_idle_checkpoint_is_followed_by_one_at_normal_priority() {
 }
 
 #[test]
-fn rounds_slow_down_while_they_find_nothing_to_copy_and_speed_up_when_they_do() {
+fn rounds_slow_down_while_they_find_nothing_to_copy_or_fail_and_speed_up_when_they_copy() {
     use super::checkpoints::{next_wait, Priority, Round, QUIET_EVERY};
     let every = Duration::from_millis(25);
     let round = |synced_database, restarted| Round {
@@ -160,17 +160,32 @@ fn rounds_slow_down_while_they_find_nothing_to_copy_and_speed_up_when_they_do() 
     let mut wait = every;
     let mut waits = Vec::new();
     for _ in 0..6 {
-        wait = next_wait(wait, every, &idle);
+        wait = next_wait(wait, every, Some(&idle));
         waits.push(wait.as_millis());
     }
     assert_eq!(waits, [50, 100, 200, 250, 250, 250]);
     assert_eq!(wait, QUIET_EVERY);
     // New frames copied, or a restart: back to the interval at once.
-    assert_eq!(next_wait(QUIET_EVERY, every, &round(true, false)), every);
-    assert_eq!(next_wait(QUIET_EVERY, every, &round(false, true)), every);
+    assert_eq!(
+        next_wait(QUIET_EVERY, every, Some(&round(true, false))),
+        every
+    );
+    assert_eq!(
+        next_wait(QUIET_EVERY, every, Some(&round(false, true))),
+        every
+    );
+    // A failed round backs off as an idle one does, also from the interval.
+    let mut wait = every;
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        wait = next_wait(wait, every, None);
+        waits.push(wait.as_millis());
+    }
+    assert_eq!(waits, [50, 100, 200, 250, 250]);
     // An interval longer than the quiet one is kept as it is.
     let slow = Duration::from_secs(1);
-    assert_eq!(next_wait(slow, slow, &idle), slow);
+    assert_eq!(next_wait(slow, slow, Some(&idle)), slow);
+    assert_eq!(next_wait(slow, slow, None), slow);
 }
 
 /// Rounds run by hand, restarting the WAL past `restart_after_frames`.
