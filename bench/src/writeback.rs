@@ -3,7 +3,7 @@
 //! into the page cache; with Linux's default policy (`vm.dirty_background_ratio = 10`, a
 //! 30 s expiry) about a gigabyte of them piles up and the flusher writes it in one go every
 //! 30 s, and the WAL fsyncs of every commit queue behind it: 100–400 ms stalls (measured,
-//! bench/RESULTS.md). docs/OPERATIONS.md recommends `vm.dirty_background_bytes = 16 MB` on
+//! bench/RESULTS.md). docs/OPERATIONS.md recommends `vm.dirty_background_bytes = 4 MB` on
 //! a database host; the suite applies that for its run when it owns the PostgreSQL cluster,
 //! and puts the old value back when it ends.
 
@@ -16,13 +16,13 @@ const BYTES: &str = "/proc/sys/vm/dirty_background_bytes";
 const RATIO: &str = "/proc/sys/vm/dirty_background_ratio";
 
 /// docs/OPERATIONS.md's value.
-pub const RECOMMENDED_BYTES: u64 = 16 * 1024 * 1024;
+pub const RECOMMENDED_BYTES: u64 = 4 * 1024 * 1024;
 
 /// What the run used, for the results.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct WritebackSetup {
-    /// e.g. `vm.dirty_background_bytes = 16 MB (set for this run; was dirty_background_ratio = 10)`.
+    /// e.g. `vm.dirty_background_bytes = 4 MB (set for this run; was dirty_background_ratio = 10)`.
     pub during_run: String,
 }
 
