@@ -157,14 +157,19 @@ fn rounds_slow_down_while_they_find_nothing_to_copy_or_fail_and_speed_up_when_th
         synced_database,
     };
     let idle = round(false, false);
-    let mut wait = every;
-    let mut waits = Vec::new();
-    for _ in 0..6 {
-        wait = next_wait(wait, every, Some(&idle));
-        waits.push(wait.as_millis());
-    }
+    // The waits, in ms, after `n` rounds in a row with this outcome, starting from the interval.
+    let waits_after = |outcome: Option<&Round>, n| {
+        let mut wait = every;
+        (0..n)
+            .map(|_| {
+                wait = next_wait(wait, every, outcome);
+                wait.as_millis()
+            })
+            .collect::<Vec<_>>()
+    };
+    let waits = waits_after(Some(&idle), 6);
     assert_eq!(waits, [50, 100, 200, 250, 250, 250]);
-    assert_eq!(wait, QUIET_EVERY);
+    assert_eq!(waits.last(), Some(&QUIET_EVERY.as_millis()));
     // New frames copied, or a restart: back to the interval at once.
     assert_eq!(
         next_wait(QUIET_EVERY, every, Some(&round(true, false))),
@@ -175,13 +180,7 @@ fn rounds_slow_down_while_they_find_nothing_to_copy_or_fail_and_speed_up_when_th
         every
     );
     // A failed round backs off as an idle one does, also from the interval.
-    let mut wait = every;
-    let mut waits = Vec::new();
-    for _ in 0..5 {
-        wait = next_wait(wait, every, None);
-        waits.push(wait.as_millis());
-    }
-    assert_eq!(waits, [50, 100, 200, 250, 250]);
+    assert_eq!(waits_after(None, 5), [50, 100, 200, 250, 250]);
     // An interval longer than the quiet one is kept as it is.
     let slow = Duration::from_secs(1);
     assert_eq!(next_wait(slow, slow, Some(&idle)), slow);
