@@ -9,7 +9,7 @@ use chrono::Utc;
 
 use super::pages;
 use super::session::{
-    random_token, SessionKey, LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_SECONDS,
+    judge, random_token, SessionId, Verdict, LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_SECONDS,
 };
 use crate::admin::dead_letters::{
     dead_letter_page, job_in_tenant, not_a_dead_letter, retry_matching,
@@ -25,14 +25,11 @@ use crate::store::{DeadLetterFilter, EventFilter, NewJob, PageCursor};
 type Form = web::Form<HashMap<String, String>>;
 type Query = web::Query<HashMap<String, String>>;
 
-/// A logged-in request: its tenant, session cookie value and CSRF token.
+/// A logged-in request: its tenant and the CSRF token its forms carry.
 struct Session {
     tenant: Name,
+    id: SessionId,
     csrf: String,
-}
-
-fn key(state: &AppState) -> SessionKey {
-    SessionKey::derive(&state.config.admin.tokens)
 }
 
 fn redirect(to: &str) -> HttpResponse {
@@ -41,20 +38,11 @@ fn redirect(to: &str) -> HttpResponse {
         .finish()
 }
 
-fn session(state: &AppState, req: &HttpRequest) -> Option<Session> {
-    let cookie = req.cookie(SESSION_COOKIE)?;
-    let key = key(state);
-    let tenant = key.open(cookie.value(), Utc::now().timestamp())?;
-    Some(Session {
-        tenant,
-        csrf: key.csrf(cookie.value()),
-    })
-}
-
-/// Why a form POST is refused.
+/// Why a request is refused.
 enum Denied {
     NoSession,
     BadCsrf,
+    Store(AdminError),
 }
 
 impl Denied {
@@ -64,16 +52,56 @@ impl Denied {
             Self::BadCsrf => {
                 HttpResponse::Forbidden().body("CSRF token missing or wrong; reload the page")
             }
+            Self::Store(e) => error_page(e),
+        }
+    }
+}
+
+/// The session the request's cookie names, if it is stored and within its limits.
+async fn session(state: &AppState, req: &HttpRequest) -> Result<Session, Denied> {
+    let cookie = req.cookie(SESSION_COOKIE).ok_or(Denied::NoSession)?;
+    let id = SessionId::parse(cookie.value()).ok_or(Denied::NoSession)?;
+    let digest = id.digest();
+    let store_error = |e: crate::store::StoreError| Denied::Store(e.into());
+    let stored = state
+        .store
+        .find_session(&digest)
+        .await
+        .map_err(store_error)?
+        .ok_or(Denied::NoSession)?;
+    let now = Utc::now().timestamp();
+    match judge(&stored, now) {
+        Verdict::Ended => {
+            state
+                .store
+                .delete_session(&digest)
+                .await
+                .map_err(store_error)?;
+            Err(Denied::NoSession)
+        }
+        Verdict::Valid { touch } => {
+            if touch {
+                state
+                    .store
+                    .touch_session(&digest, now)
+                    .await
+                    .map_err(store_error)?;
+            }
+            let tenant = Name::parse("tenant", &stored.tenant).map_err(|_| Denied::NoSession)?;
+            Ok(Session {
+                tenant,
+                csrf: id.csrf(),
+                id,
+            })
         }
     }
 }
 
 /// The session of a form POST, with its CSRF token checked.
-fn form_session(state: &AppState, req: &HttpRequest, form: &Form) -> Result<Session, Denied> {
-    let s = session(state, req).ok_or(Denied::NoSession)?;
-    let cookie = req.cookie(SESSION_COOKIE).ok_or(Denied::NoSession)?;
+async fn form_session(state: &AppState, req: &HttpRequest, form: &Form) -> Result<Session, Denied> {
+    let s = session(state, req).await?;
     let given = form.get("csrf").map(String::as_str).unwrap_or("");
-    if !key(state).csrf_ok(cookie.value(), given) {
+    if !s.id.csrf_ok(given) {
         return Err(Denied::BadCsrf);
     }
     Ok(s)
@@ -147,8 +175,16 @@ pub async fn login(state: web::Data<AppState>, req: HttpRequest, form: Form) -> 
             .content_type("text/html; charset=utf-8")
             .body(pages::login(given, Some("That token is not valid.")).into_string());
     };
-    let value = key(&state).issue(&tenant, Utc::now().timestamp());
-    let cookie = Cookie::build(SESSION_COOKIE, value)
+    let id = SessionId::generate();
+    let now = Utc::now().timestamp();
+    if let Err(e) = state
+        .store
+        .create_session(&id.digest(), tenant.as_str(), now, now + SESSION_SECONDS)
+        .await
+    {
+        return error_page(e.into());
+    }
+    let cookie = Cookie::build(SESSION_COOKIE, id.cookie_value())
         .path("/console")
         .http_only(true)
         .same_site(SameSite::Strict)
@@ -161,8 +197,12 @@ pub async fn login(state: web::Data<AppState>, req: HttpRequest, form: Form) -> 
 }
 
 pub async fn logout(state: web::Data<AppState>, req: HttpRequest, form: Form) -> HttpResponse {
-    if let Err(denied) = form_session(&state, &req, &form) {
-        return denied.response();
+    let s = match form_session(&state, &req, &form).await {
+        Ok(s) => s,
+        Err(denied) => return denied.response(),
+    };
+    if let Err(e) = state.store.delete_session(&s.id.digest()).await {
+        return error_page(e.into());
     }
     let mut gone = Cookie::build(SESSION_COOKIE, "").path("/console").finish();
     gone.make_removal();
@@ -178,8 +218,9 @@ fn html(markup: maud::Markup) -> HttpResponse {
 }
 
 pub async fn events(state: web::Data<AppState>, req: HttpRequest, query: Query) -> HttpResponse {
-    let Some(s) = session(&state, &req) else {
-        return redirect("/console/login");
+    let s = match session(&state, &req).await {
+        Ok(s) => s,
+        Err(denied) => return denied.response(),
     };
     let parse_time = |k: &str| {
         text(&query, k).map(|v| {
@@ -260,8 +301,9 @@ pub async fn event(
     path: web::Path<String>,
     query: Query,
 ) -> HttpResponse {
-    let Some(s) = session(&state, &req) else {
-        return redirect("/console/login");
+    let s = match session(&state, &req).await {
+        Ok(s) => s,
+        Err(denied) => return denied.response(),
     };
     match event_detail(&state, &Tenant(s.tenant.clone()), &path).await {
         Ok(detail) => html(pages::event(
@@ -280,7 +322,7 @@ pub async fn replay(
     path: web::Path<String>,
     form: Form,
 ) -> HttpResponse {
-    let s = match form_session(&state, &req, &form) {
+    let s = match form_session(&state, &req, &form).await {
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };
@@ -309,8 +351,9 @@ pub async fn dead_letters(
     req: HttpRequest,
     query: Query,
 ) -> HttpResponse {
-    let Some(s) = session(&state, &req) else {
-        return redirect("/console/login");
+    let s = match session(&state, &req).await {
+        Ok(s) => s,
+        Err(denied) => return denied.response(),
     };
     let filter = DeadLetterFilter {
         tenant: s.tenant.to_string(),
@@ -372,7 +415,7 @@ async fn dead_letter_action(
     form: &Form,
     action: DeadLetterAction,
 ) -> HttpResponse {
-    let s = match form_session(state, req, form) {
+    let s = match form_session(state, req, form).await {
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };
@@ -412,7 +455,7 @@ pub async fn bulk_discard(
     req: HttpRequest,
     form: Form,
 ) -> HttpResponse {
-    let s = match form_session(&state, &req, &form) {
+    let s = match form_session(&state, &req, &form).await {
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };
@@ -442,7 +485,7 @@ pub async fn bulk_discard(
 }
 
 pub async fn bulk_retry(state: web::Data<AppState>, req: HttpRequest, form: Form) -> HttpResponse {
-    let s = match form_session(&state, &req, &form) {
+    let s = match form_session(&state, &req, &form).await {
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };

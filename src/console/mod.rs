@@ -8,7 +8,7 @@ mod session;
 
 use actix_web::web;
 
-pub use session::SessionKey;
+pub use session::SESSION_IDLE_SECONDS;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

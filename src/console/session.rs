@@ -1,8 +1,10 @@
-//! Console sessions: a signed cookie naming the tenant, and CSRF tokens bound to it.
+//! Console sessions: a random id in the cookie, its SHA-256 in the database with the tenant
+//! and the session's clock, and CSRF tokens bound to the id.
 //!
-//! The signing key is derived from the configured admin token digests, so every replica with
-//! the same configuration accepts the same cookies, and removing a token (or any change to
-//! the token list) ends every session.
+//! Nothing here derives from the configuration: the id is 256 bits from the OS, so reading
+//! the config (or the database, which holds only digests) does not let anyone mint a
+//! session. A session ends at logout, after `SESSION_SECONDS` in all, or after
+//! `SESSION_IDLE_SECONDS` without a request.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -10,64 +12,76 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::AdminToken;
-use crate::domain::Name;
+use crate::store::StoredSession;
 
 pub const SESSION_COOKIE: &str = "hookgate_session";
 /// The login form's CSRF cookie (double submit: there is no session yet to bind to).
 pub const LOGIN_CSRF_COOKIE: &str = "hookgate_login_csrf";
+/// The absolute limit of a session, however active.
 pub const SESSION_SECONDS: i64 = 8 * 3600;
+/// A session with no request for this long has ended.
+pub const SESSION_IDLE_SECONDS: i64 = 30 * 60;
+/// Activity is written at most this often, so browsing does not cost a write per page.
+const TOUCH_EVERY_SECONDS: i64 = 60;
 
+const ID_BYTES: usize = 32;
+
+/// A session id: what the cookie holds.
 #[derive(Clone)]
-pub struct SessionKey([u8; 32]);
+pub struct SessionId([u8; ID_BYTES]);
 
-impl SessionKey {
-    pub fn derive(tokens: &[AdminToken]) -> Self {
-        let mut h = Sha256::new();
-        h.update(b"hookgate console session key v1");
-        for t in tokens {
-            h.update(t.tenant.as_str().as_bytes());
-            h.update(b"\0");
-            h.update(t.sha256);
-        }
-        Self(h.finalize().into())
+impl SessionId {
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; ID_BYTES];
+        getrandom::getrandom(&mut bytes).expect("the OS provides randomness");
+        Self(bytes)
     }
 
-    fn mac(&self, parts: &[&[u8]]) -> Vec<u8> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
-        for p in parts {
-            mac.update(p);
-            mac.update(b"\0");
-        }
-        mac.finalize().into_bytes().to_vec()
+    /// The id in a cookie value; anything but the exact encoding of 32 bytes is no id.
+    pub fn parse(cookie: &str) -> Option<Self> {
+        let bytes = URL_SAFE_NO_PAD.decode(cookie).ok()?;
+        Some(Self(bytes.try_into().ok()?))
     }
 
-    /// `tenant.expires.mac`
-    pub fn issue(&self, tenant: &Name, now: i64) -> String {
-        let expires = (now + SESSION_SECONDS).to_string();
-        let mac = self.mac(&[b"session", tenant.as_str().as_bytes(), expires.as_bytes()]);
-        format!("{tenant}.{expires}.{}", URL_SAFE_NO_PAD.encode(mac))
+    pub fn cookie_value(&self) -> String {
+        URL_SAFE_NO_PAD.encode(self.0)
     }
 
-    /// The tenant of a valid, unexpired session cookie.
-    pub fn open(&self, cookie: &str, now: i64) -> Option<Name> {
-        let mut parts = cookie.splitn(3, '.');
-        let (tenant, expires, mac) = (parts.next()?, parts.next()?, parts.next()?);
-        let given = URL_SAFE_NO_PAD.decode(mac).ok()?;
-        let want = self.mac(&[b"session", tenant.as_bytes(), expires.as_bytes()]);
-        if !bool::from(want.ct_eq(&given)) || expires.parse::<i64>().ok()? <= now {
-            return None;
-        }
-        Name::parse("tenant", tenant).ok()
+    /// What the database keys the session by.
+    pub fn digest(&self) -> [u8; 32] {
+        Sha256::digest(self.0).into()
     }
 
     /// The CSRF token every form of this session must carry.
-    pub fn csrf(&self, cookie: &str) -> String {
-        URL_SAFE_NO_PAD.encode(self.mac(&[b"csrf", cookie.as_bytes()]))
+    pub fn csrf(&self) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(b"hookgate console csrf v1");
+        URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
     }
 
-    pub fn csrf_ok(&self, cookie: &str, given: &str) -> bool {
-        bool::from(self.csrf(cookie).as_bytes().ct_eq(given.as_bytes()))
+    pub fn csrf_ok(&self, given: &str) -> bool {
+        bool::from(self.csrf().as_bytes().ct_eq(given.as_bytes()))
+    }
+}
+
+/// What a stored session allows at `now`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Over its absolute or idle limit.
+    Ended,
+    /// Valid; `touch` says its activity should be written.
+    Valid { touch: bool },
+}
+
+pub fn judge(session: &StoredSession, now: i64) -> Verdict {
+    let absolute = session
+        .expires_at
+        .min(session.created_at.saturating_add(SESSION_SECONDS));
+    if now >= absolute || now - session.seen_at >= SESSION_IDLE_SECONDS {
+        return Verdict::Ended;
+    }
+    Verdict::Valid {
+        touch: now - session.seen_at >= TOUCH_EVERY_SECONDS,
     }
 }
 
@@ -82,24 +96,47 @@ pub fn random_token() -> String {
 mod tests {
     use super::*;
 
-    fn key(secret: &str) -> SessionKey {
-        SessionKey::derive(&[AdminToken {
-            tenant: Name::parse("t", "acme").unwrap(),
-            sha256: Sha256::digest(secret.as_bytes()).into(),
-        }])
+    fn stored(created_at: i64, seen_at: i64) -> StoredSession {
+        StoredSession {
+            tenant: "acme".into(),
+            created_at,
+            seen_at,
+            expires_at: created_at + SESSION_SECONDS,
+        }
     }
 
     #[test]
-    fn sessions_are_signed_and_expire() {
-        let k = key("a");
-        let acme = Name::parse("t", "acme").unwrap();
-        let cookie = k.issue(&acme, 1000);
-        assert_eq!(k.open(&cookie, 1001).unwrap(), acme);
-        assert!(k.open(&cookie, 1000 + SESSION_SECONDS).is_none(), "expired");
-        assert!(key("b").open(&cookie, 1001).is_none(), "another token list");
-        let forged = cookie.replacen("acme", "other", 1);
-        assert!(k.open(&forged, 1001).is_none());
-        assert!(k.csrf_ok(&cookie, &k.csrf(&cookie)));
-        assert!(!k.csrf_ok(&cookie, &k.csrf(&forged)));
+    fn ids_are_random_and_round_trip_through_the_cookie() {
+        let (a, b) = (SessionId::generate(), SessionId::generate());
+        assert_ne!(a.cookie_value(), b.cookie_value());
+        let back = SessionId::parse(&a.cookie_value()).unwrap();
+        assert_eq!(back.digest(), a.digest());
+        assert!(SessionId::parse("acme.1700000000.c2lnbmF0dXJl").is_none());
+        assert!(SessionId::parse(&a.cookie_value()[1..]).is_none());
+    }
+
+    #[test]
+    fn csrf_is_bound_to_the_session() {
+        let (a, b) = (SessionId::generate(), SessionId::generate());
+        assert!(a.csrf_ok(&a.csrf()));
+        assert!(!a.csrf_ok(&b.csrf()));
+        assert!(!a.csrf_ok(""));
+    }
+
+    #[test]
+    fn sessions_end_at_the_absolute_and_the_idle_limit() {
+        let s = stored(1000, 1000);
+        assert_eq!(judge(&s, 1001), Verdict::Valid { touch: false });
+        assert_eq!(judge(&s, 1000 + 60), Verdict::Valid { touch: true });
+        assert_eq!(judge(&s, 1000 + SESSION_IDLE_SECONDS), Verdict::Ended);
+        // Active all along, it still ends after SESSION_SECONDS.
+        let busy = stored(1000, 1000 + SESSION_SECONDS - 1);
+        assert_eq!(judge(&busy, 1000 + SESSION_SECONDS), Verdict::Ended);
+        // A stored expiry past the cap does not extend it.
+        let long = StoredSession {
+            expires_at: i64::MAX,
+            ..busy
+        };
+        assert_eq!(judge(&long, 1000 + SESSION_SECONDS), Verdict::Ended);
     }
 }

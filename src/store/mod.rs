@@ -19,6 +19,7 @@ mod group_commit;
 mod held;
 mod idempotency;
 mod postgres;
+mod sessions;
 mod sqlite;
 mod types;
 
@@ -39,6 +40,7 @@ pub use admin_types::{
 };
 pub use group_commit::{GroupCommit, Pacing};
 pub use postgres::PgStore;
+pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,

@@ -425,6 +425,11 @@ impl PgStore {
     }
 
     /// (connections open, idle, maximum).
+    /// The durable pool, for the statements both stores share (`store::sessions`).
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     pub fn pool_usage(&self) -> (u32, usize, u32) {
         (
             self.pool.size(),

@@ -447,6 +447,11 @@ impl SqliteStore {
     }
 
     /// (connections open, idle, maximum).
+    /// The durable pool, for the statements both stores share (`store::sessions`).
+    pub(super) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     pub fn pool_usage(&self) -> (u32, usize, u32) {
         (
             self.pool.size(),

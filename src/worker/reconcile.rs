@@ -34,6 +34,8 @@ pub struct ReconcileReport {
     pub missing_jobs: u64,
     /// Idempotency-Key records past `admin.idempotency_ttl`, removed.
     pub expired_idempotency_keys: u64,
+    /// Console sessions past their absolute or idle limit, removed.
+    pub expired_sessions: u64,
     /// Events past retention, deleted with their history.
     pub expired_events: u64,
     /// Events past content retention whose ids are still kept for dedupe: content removed.
@@ -170,6 +172,16 @@ impl Reconciler {
         loop {
             let removed = self.store.sweep_idempotency(now - ttl, BATCH).await?;
             report.expired_idempotency_keys += removed;
+            if removed < BATCH as u64 {
+                break;
+            }
+        }
+        // Console sessions past their limits (a login's row is otherwise kept until the same
+        // browser comes back, which it may never do).
+        let (secs, idle) = (now.timestamp(), crate::console::SESSION_IDLE_SECONDS);
+        loop {
+            let removed = self.store.sweep_sessions(secs, secs - idle, BATCH).await?;
+            report.expired_sessions += removed;
             if removed < BATCH as u64 {
                 break;
             }

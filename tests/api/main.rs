@@ -6,6 +6,7 @@ mod support;
 mod admin;
 mod bulk;
 mod concurrency;
+mod console_sessions;
 mod crash;
 mod delivery;
 mod group_commit;
