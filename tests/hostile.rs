@@ -1570,17 +1570,17 @@ async fn invalid_utf8_deep_json_and_duplicate_id_keys(backend: Backend) {
         (
             "NUL escape in the id",
             br#"{"id":"evt_\u0000"}"#.to_vec(),
-            (400, "missing_event_id"),
+            (400, "invalid_event_id"),
         ),
         (
             "newline escape in the id",
             br#"{"id":"evt_\nX-Injected: 1"}"#.to_vec(),
-            (400, "missing_event_id"),
+            (400, "invalid_event_id"),
         ),
         (
             "id of 256 bytes",
             format!(r#"{{"id":"{}"}}"#, "e".repeat(256)).into_bytes(),
-            (400, "missing_event_id"),
+            (400, "invalid_event_id"),
         ),
         (
             "id is an object",
@@ -1909,7 +1909,7 @@ async fn header_injection_and_malformed_http(backend: Backend) {
         &gh,
     );
     let r = raw_request(&app, &raw).await;
-    assert_eq!(r.error_code(), (400, "missing_event_id".into()));
+    assert_eq!(r.error_code(), (400, "invalid_event_id".into()));
     assert_eq!(app.store.count_events().await.unwrap(), 0);
 
     // A bare LF ends a header line (RFC 9112 allows a recipient to accept it): the request

@@ -28,6 +28,7 @@ const ERROR_CODES: &[&str] = &[
     "invalid_signature",
     "timestamp_out_of_tolerance",
     "missing_event_id",
+    "invalid_event_id",
     "malformed_body",
 ];
 

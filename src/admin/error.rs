@@ -23,7 +23,16 @@ pub enum AdminError {
     #[error("{0}")]
     Conflict(String),
     #[error("the store is unavailable; retry later")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for AdminError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unstorable(message) => Self::BadRequest(message),
+            e => Self::Store(e),
+        }
+    }
 }
 
 impl AdminError {

@@ -53,9 +53,11 @@ impl ResponseError for ApiError {
             Self::UnknownSource(_) => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BadPayload(_) => StatusCode::BAD_REQUEST,
-            Self::Verify(VerifyError::MissingEventId(_) | VerifyError::MalformedBody) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::Verify(
+                VerifyError::MissingEventId(_)
+                | VerifyError::InvalidEventId(_)
+                | VerifyError::MalformedBody,
+            ) => StatusCode::BAD_REQUEST,
             Self::Verify(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

@@ -71,10 +71,14 @@ impl PendingEvent {
 /// short enough that a batch waiting on a lock holds the others up only briefly.
 const RELIEVE_AFTER: Duration = Duration::from_millis(2);
 
+/// One request's answer from its batch: a batch refused for one row's data fails only that
+/// row's request (see `insert_isolating`).
+type Answer = Result<InsertOutcome, Arc<StoreError>>;
+
 /// Group commit for ingest: concurrent requests' events share transactions.
 #[derive(Clone)]
 pub struct IngestBatcher {
-    events: GroupCommit<PendingEvent, InsertOutcome>,
+    events: GroupCommit<PendingEvent, Answer>,
     handoff: Arc<OnceLock<Handoff>>,
 }
 
@@ -105,7 +109,7 @@ impl IngestBatcher {
 
     /// Queues the event and waits until its batch has committed (or failed).
     pub async fn submit(&self, event: PendingEvent) -> Result<InsertOutcome, Arc<StoreError>> {
-        self.events.submit(event).await
+        self.events.submit(event).await.and_then(|answer| answer)
     }
 
     /// Requests submitted so far.
@@ -132,7 +136,7 @@ async fn write_batch(
     store: &Store,
     handoff: Option<&Handoff>,
     batch: Vec<PendingEvent>,
-) -> Result<Vec<InsertOutcome>, StoreError> {
+) -> Result<Vec<Answer>, StoreError> {
     let now = Utc::now();
     let reserved: Vec<Vec<Option<Reservation>>> = batch
         .iter()
@@ -159,11 +163,11 @@ async fn write_batch(
         .zip(&claims)
         .map(|(e, c)| e.as_new_event(c))
         .collect();
-    let outcomes = store.insert_events(&events).await?;
+    let outcomes = insert_isolating(store, &events).await?;
     for ((event, reservations), outcome) in batch.iter().zip(reserved).zip(&outcomes) {
         // Only the copy whose row was written has jobs; a later copy in the batch is
         // answered with the same id, but as a duplicate.
-        if *outcome != InsertOutcome::Created(event.id) {
+        if !matches!(outcome, Ok(InsertOutcome::Created(id)) if *id == event.id) {
             continue;
         }
         for (destination, reservation) in event.source.destinations.iter().zip(reservations) {
@@ -173,4 +177,45 @@ async fn write_batch(
         }
     }
     Ok(outcomes)
+}
+
+/// Inserts the batch in one transaction. When the database refuses it for its data (an
+/// error that is not the store being unavailable, so one row may be the cause), the batch is
+/// split in halves, each its own transaction, until the refused rows stand alone: only their
+/// requests fail, and every other request in the batch is stored and answered. A batch the
+/// store cannot take at all fails whole, as a retry of its parts would fail the same way.
+async fn insert_isolating(
+    store: &Store,
+    events: &[NewEvent<'_>],
+) -> Result<Vec<Answer>, StoreError> {
+    let mut answers: Vec<Option<Answer>> = vec![None; events.len()];
+    let mut parts = Vec::new();
+    parts.push(0..events.len());
+    while let Some(part) = parts.pop() {
+        let whole = part.len() == events.len();
+        match store.insert_events(&events[part.clone()]).await {
+            Ok(outcomes) => {
+                for (slot, outcome) in answers[part].iter_mut().zip(outcomes) {
+                    *slot = Some(Ok(outcome));
+                }
+            }
+            Err(e @ StoreError::Database(_)) if part.len() > 1 => {
+                tracing::warn!(error = %e, rows = part.len(), "an ingest batch was refused; splitting it");
+                let middle = part.start + part.len() / 2;
+                parts.push(middle..part.end);
+                parts.push(part.start..middle);
+            }
+            Err(e) if whole => return Err(e),
+            Err(e) => {
+                let e = Arc::new(e);
+                for slot in &mut answers[part] {
+                    *slot = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+    Ok(answers
+        .into_iter()
+        .map(|a| a.expect("every row is answered"))
+        .collect())
 }

@@ -29,6 +29,13 @@ pub enum IngestError {
 /// by name (so a replay shows they were sent) but never stored in clear.
 const REDACTED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
 
+/// The event type as both stores can hold it. PostgreSQL's TEXT refuses a NUL, so each one
+/// becomes U+FFFD: a validly signed event is stored, not refused for its metadata (a refusal
+/// would have the provider retry it until it gives up), and the body keeps the exact bytes.
+fn storable_type(event_type: &str) -> String {
+    event_type.replace('\0', "\u{FFFD}")
+}
+
 /// Stores the event and queues one job per destination of its source, atomically, sharing
 /// the transaction with concurrent requests (group commit). Returns only after the commit,
 /// so the caller may answer 2xx.
@@ -60,7 +67,7 @@ pub async fn ingest(
         id: EventId::generate(),
         source: source.clone(),
         provider_event_id: event.provider_event_id().clone(),
-        event_type: event.event_type().map(str::to_owned),
+        event_type: event.event_type().map(storable_type),
         received_at,
         content_type: event.content_type().map(str::to_owned),
         headers_json,
@@ -73,4 +80,16 @@ pub async fn ingest(
         InsertOutcome::Duplicate(id) => IngestOutcome::Duplicate(id),
     };
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_nul_in_the_type_is_replaced_and_nothing_else_changes() {
+        assert_eq!(
+            super::storable_type("invoice\0.paid"),
+            "invoice\u{FFFD}.paid"
+        );
+        assert_eq!(super::storable_type("ünïcode.type"), "ünïcode.type");
+    }
 }

@@ -18,10 +18,12 @@ impl Store {
         after: Option<PageCursor>,
         limit: i64,
     ) -> Result<Vec<EventSummary>, StoreError> {
+        filter.check()?;
         dispatch!(self, s => s.list_events(filter, after, limit).await)
     }
 
     pub async fn count_matching_events(&self, filter: &EventFilter) -> Result<i64, StoreError> {
+        filter.check()?;
         dispatch!(self, s => s.count_matching_events(filter).await)
     }
 
@@ -31,6 +33,7 @@ impl Store {
         after: Option<PageCursor>,
         limit: i64,
     ) -> Result<Vec<JobWithEvent>, StoreError> {
+        filter.check()?;
         dispatch!(self, s => s.list_dead_letters(filter, after, limit).await)
     }
 
@@ -63,6 +66,7 @@ impl Store {
         now: DateTime<Utc>,
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
+        filter.check()?;
         dispatch!(self, s => s.replay_events_batch(filter, progress, limit, routes, now, key).await)
     }
 
@@ -85,6 +89,7 @@ impl Store {
         now: DateTime<Utc>,
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
+        filter.check()?;
         dispatch!(self, s => s.retry_dead_letters_batch(filter, progress, limit, now, key).await)
     }
 
@@ -95,6 +100,7 @@ impl Store {
         now: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, StoreError> {
+        filter.check()?;
         dispatch!(self, s => s.discard_dead_letters_batch(filter, now, limit).await)
     }
 

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::StoredJob;
+use super::{StoreError, StoredJob};
 use crate::domain::{EventId, JobId};
 use crate::queue::JobStatus;
 
@@ -19,6 +19,37 @@ pub struct EventFilter {
     pub status: Option<JobStatus>,
     pub received_from: Option<DateTime<Utc>>,
     pub received_to: Option<DateTime<Utc>>,
+}
+
+impl EventFilter {
+    /// Refuses text no store can compare (see `check_filter_text`).
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        check_filter_text(&[
+            ("source", &self.source),
+            ("event_type", &self.event_type),
+            ("provider_event_id", &self.provider_event_id),
+        ])
+    }
+}
+
+impl DeadLetterFilter {
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        check_filter_text(&[("destination", &self.destination), ("source", &self.source)])
+    }
+}
+
+/// PostgreSQL refuses a NUL in text, and SQLite would compare it: both stores answer a
+/// filter holding one the same way, as bad input, before any statement runs.
+fn check_filter_text(fields: &[(&str, &Option<String>)]) -> Result<(), StoreError> {
+    match fields
+        .iter()
+        .find(|(_, v)| v.as_deref().is_some_and(|v| v.contains('\0')))
+    {
+        Some((name, _)) => Err(StoreError::Unstorable(format!(
+            "filter `{name}` contains a NUL character"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Dead letters: `failed` jobs not discarded, of sources in `tenant`.

@@ -31,7 +31,7 @@ impl MayBreakConnection for StoreError {
     fn may_break_connection(&self) -> bool {
         match self {
             StoreError::Unavailable(e) | StoreError::Database(e) => e.may_break_connection(),
-            StoreError::Migrate(_) | StoreError::Corrupt(_) => false,
+            StoreError::Migrate(_) | StoreError::Corrupt(_) | StoreError::Unstorable(_) => false,
         }
     }
 }

@@ -70,6 +70,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// The input holds what no store can take (a NUL in text): the caller's to fix.
+    #[error("{0}")]
+    Unstorable(String),
 }
 
 impl From<sqlx::Error> for StoreError {

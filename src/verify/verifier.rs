@@ -23,6 +23,10 @@ pub enum VerifyError {
     TimestampOutOfTolerance(i64),
     #[error("the request carries no event id ({0})")]
     MissingEventId(String),
+    /// An id is there but cannot serve as the dedupe key: a control character (a NUL
+    /// included, which PostgreSQL cannot store as text) or over 255 bytes.
+    #[error("the event id cannot be used: {0}")]
+    InvalidEventId(String),
     #[error("the body is not valid JSON, and the event id is read from it")]
     MalformedBody,
 }
@@ -34,6 +38,7 @@ impl VerifyError {
             Self::InvalidSignature | Self::MalformedSignature(_) => "invalid_signature",
             Self::TimestampOutOfTolerance(_) => "timestamp_out_of_tolerance",
             Self::MissingEventId(_) => "missing_event_id",
+            Self::InvalidEventId(_) => "invalid_event_id",
             Self::MalformedBody => "malformed_body",
         }
     }
@@ -189,8 +194,13 @@ impl Unverified {
                 }
             },
         };
-        let provider_event_id = ProviderEventId::parse(&raw_id)
-            .map_err(|e| VerifyError::MissingEventId(e.to_string()))?;
+        let provider_event_id = ProviderEventId::parse(&raw_id).map_err(|e| {
+            if raw_id.trim().is_empty() {
+                VerifyError::MissingEventId(e.to_string())
+            } else {
+                VerifyError::InvalidEventId(e.to_string())
+            }
+        })?;
         let event_type = match lookup(&def.event_type, &self.headers, &fields) {
             Lookup::Found(t) => Some(t),
             _ => None,

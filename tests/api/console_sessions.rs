@@ -8,6 +8,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::both_backends;
+use crate::support::console::{csrf_of, login, no_redirects};
 use crate::support::raw::RawConn;
 use crate::support::{spawn_app, Backend, TestApp, ACME_TOKEN, DEFAULT_TOKEN};
 
@@ -18,52 +19,6 @@ both_backends!(
     the_database_holds_only_a_digest_of_the_session_id,
     an_idle_or_old_session_is_refused,
 );
-
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// `name=value` of the first cookie a response sets.
-fn first_cookie(r: &reqwest::Response) -> String {
-    r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
-/// The CSRF token of the first form on a page.
-fn csrf_of(html: &str) -> String {
-    html.split(r#"name="csrf" value=""#)
-        .nth(1)
-        .unwrap_or_else(|| panic!("no csrf field in {html}"))
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
-/// Logs in with `token`; returns the session cookie (`name=value`).
-async fn login(app: &TestApp, token: &str) -> String {
-    let client = no_redirects();
-    let r = client.get(app.url("/console/login")).send().await.unwrap();
-    let login_cookie = first_cookie(&r);
-    let csrf = csrf_of(&r.text().await.unwrap());
-    let r = client
-        .post(app.url("/console/login"))
-        .header("cookie", &login_cookie)
-        .form(&[("csrf", csrf.as_str()), ("token", token)])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 303, "login");
-    first_cookie(&r)
-}
 
 /// GET a console page with `cookie`: its status and body.
 async fn page(app: &TestApp, cookie: &str, path: &str) -> (u16, String) {

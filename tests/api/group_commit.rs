@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use crate::both_backends;
 use crate::crash::RawConnHandle;
+use crate::support::raw::RawConn;
 use crate::support::{spawn_app, Backend, TestApp};
 
 both_backends!(
     copies_in_one_batch_make_one_row_and_all_get_its_id,
     a_failed_batch_fails_every_request_with_503,
+    a_row_the_database_refuses_fails_only_its_own_request,
 );
 
 /// Sends one Stripe event per id at once while the batcher is held, so that they all wait
@@ -19,13 +21,25 @@ pub(crate) async fn one_batch(
     app: &Arc<TestApp>,
     ids: &[&str],
 ) -> Vec<(u16, serde_json::Value, bool)> {
+    let bodies: Vec<String> = ids
+        .iter()
+        .map(|id| format!(r#"{{"id":"{id}","type":"t"}}"#))
+        .collect();
+    one_batch_of(app, &bodies).await
+}
+
+/// As `one_batch`, with each Stripe event's whole body given.
+async fn one_batch_of(
+    app: &Arc<TestApp>,
+    bodies: &[String],
+) -> Vec<(u16, serde_json::Value, bool)> {
     let hold = app.batcher.hold().await;
     let before = app.batcher.submitted();
     let batches = app.batcher.batches();
-    let tasks: Vec<_> = ids
+    let tasks: Vec<_> = bodies
         .iter()
-        .map(|id| {
-            let (app, body) = (app.clone(), format!(r#"{{"id":"{id}","type":"t"}}"#));
+        .map(|body| {
+            let (app, body) = (app.clone(), body.clone());
             tokio::spawn(async move {
                 let r = app.post_stripe(&body).await;
                 let status = r.status().as_u16();
@@ -39,7 +53,7 @@ pub(crate) async fn one_batch(
         })
         .collect();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while app.batcher.submitted() < before + ids.len() as u64 {
+    while app.batcher.submitted() < before + bodies.len() as u64 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "requests did not arrive"
@@ -132,4 +146,59 @@ async fn a_failed_batch_fails_every_request_with_503(backend: Backend) {
     assert!(retried
         .iter()
         .all(|(s, j, _)| *s == 200 && j["duplicate"] == false));
+}
+
+/// A trigger refuses one row of a batch for its data, as the database would refuse a value
+/// it cannot hold: only that request fails, and the rest of its batch is stored.
+async fn a_row_the_database_refuses_fails_only_its_own_request(backend: Backend) {
+    let app = Arc::new(spawn_app(backend).await);
+    let mut conn = RawConn::open(&app).await;
+    match backend {
+        Backend::Sqlite => {
+            conn.exec(
+                "CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.event_type = 'poison' \
+                 BEGIN SELECT RAISE(ABORT, 'refused row'); END",
+            )
+            .await
+        }
+        Backend::Postgres => {
+            conn.exec(
+                "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN IF NEW.event_type = 'poison' THEN \
+                 RAISE EXCEPTION 'refused row' USING ERRCODE = '22023'; END IF; \
+                 RETURN NEW; END $$; \
+                 CREATE TRIGGER poison BEFORE INSERT ON events \
+                 FOR EACH ROW EXECUTE FUNCTION poison()",
+            )
+            .await
+        }
+    }
+    let types = ["t", "t", "poison", "t", "t", "t", "poison", "t", "t"];
+    let bodies: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!(r#"{{"id":"evt_mix_{i}","type":"{t}"}}"#))
+        .collect();
+    let answers = one_batch_of(&app, &bodies).await;
+    for (t, (status, json, retry_after)) in types.iter().zip(&answers) {
+        if *t == "poison" {
+            assert_eq!(*status, 503, "{json}");
+            assert!(retry_after);
+        } else {
+            assert_eq!(*status, 200, "{json}");
+            assert_eq!(json["duplicate"], false);
+        }
+    }
+    assert_eq!(app.store.count_events().await.unwrap(), 7);
+    let stored = app
+        .store
+        .find_event("stripe", "evt_mix_3")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        app.store.jobs_for_event(stored.id).await.unwrap().len(),
+        2,
+        "each stored event has its jobs"
+    );
 }

@@ -20,4 +20,5 @@ mod outage;
 mod pools;
 mod retention;
 mod security;
+mod unstorable;
 mod worker_crash;

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod console;
 pub mod postgres;
 pub mod proxy;
 pub mod raw;
