@@ -50,6 +50,7 @@ pub struct Application {
     admin_pause: SharedPause,
     batcher: IngestBatcher,
     metrics: Arc<Metrics>,
+    metrics_port: Option<u16>,
 }
 
 impl Application {
@@ -81,17 +82,31 @@ impl Application {
             config.server.ingest_batch_max,
         );
         let metrics = Arc::new(Metrics::new().counting_batches_of(batcher.clone()));
-        let state = AppState::new(
+        let mut state = AppState::new(
             store.clone(),
             config.clone(),
             admin_pause.clone(),
             batcher.clone(),
             metrics.clone(),
         );
-        let server = run(listener, state, role).map_err(|source| StartupError::Bind {
-            address: config.server.listen.clone(),
-            source,
-        })?;
+        let metrics_listener = match &config.metrics.listen {
+            Some(address) => {
+                let bind_error = |source| StartupError::Bind {
+                    address: address.clone(),
+                    source,
+                };
+                let l = TcpListener::bind(address).map_err(bind_error)?;
+                state.metrics_port = Some(l.local_addr().map_err(bind_error)?.port());
+                Some(l)
+            }
+            None => None,
+        };
+        let metrics_port = state.metrics_port;
+        let server =
+            run(listener, metrics_listener, state, role).map_err(|source| StartupError::Bind {
+                address: config.server.listen.clone(),
+                source,
+            })?;
         Ok(Self {
             port,
             server,
@@ -100,11 +115,17 @@ impl Application {
             admin_pause,
             batcher,
             metrics,
+            metrics_port,
         })
     }
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port of `[metrics] listen`, when `/metrics` has a listener of its own.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.metrics_port
     }
 
     pub fn store(&self) -> &Store {
@@ -153,12 +174,18 @@ pub fn background_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
-fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Server> {
+fn run(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    state: AppState,
+    role: Role,
+) -> std::io::Result<Server> {
     let request_timeout = state.config.server.request_timeout;
     let sources: Vec<String> = state.config.sources.keys().cloned().collect();
     let state = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::from_fn(http::edge))
             .app_data(state.clone())
             .configure(http::configure_probes)
             .configure(|cfg| {
@@ -174,11 +201,19 @@ fn run(listener: TcpListener, state: AppState, role: Role) -> std::io::Result<Se
             }))
     })
     .client_request_timeout(request_timeout)
+    .on_connect(move |connection, data| {
+        if let Some(watch) = http::Connection::watch(connection, request_timeout) {
+            data.insert(Arc::new(watch));
+        }
+    })
     // Signals are handled in one place (cli::serve) so workers and server stop together.
     .disable_signals()
-    .listen(listener)?
-    .run();
-    Ok(server)
+    .listen(listener)?;
+    let server = match metrics_listener {
+        Some(l) => server.listen(l)?,
+        None => server,
+    };
+    Ok(server.run())
 }
 
 /// The worker pool and the periodic reconciler of one process.

@@ -7,9 +7,12 @@ use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
+use std::time::Instant;
+
 use super::error::AdminError;
 use crate::config::AdminToken;
 use crate::domain::Name;
+use crate::http::auth_failures::{retry_after_seconds, Client};
 use crate::http::AppState;
 
 /// The tenant an authenticated admin request acts for.
@@ -41,8 +44,17 @@ impl FromRequest for Tenant {
     type Future = Ready<Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let Some(state) = req.app_data::<web::Data<AppState>>() else {
+            return ready(Err(AdminError::Unauthorized));
+        };
+        let client = Client::of(req.peer_addr());
+        let now = Instant::now();
+        if let Err(wait) = state.auth_failures.check(client, now) {
+            return ready(Err(AdminError::TooManyAuthFailures {
+                retry_after_seconds: retry_after_seconds(wait),
+            }));
+        }
         let tenant = (|| {
-            let state = req.app_data::<web::Data<AppState>>()?;
             let header = req.headers().get(actix_web::http::header::AUTHORIZATION)?;
             let token = header.to_str().ok()?.strip_prefix("Bearer ")?.trim();
             if token.is_empty() {
@@ -50,6 +62,10 @@ impl FromRequest for Tenant {
             }
             authenticate(&state.config.admin.tokens, token).cloned()
         })();
+        if tenant.is_none() {
+            state.auth_failures.failed(client, now);
+            tracing::warn!(client = %client, surface = "admin", "authentication failed");
+        }
         ready(tenant.map(Tenant).ok_or(AdminError::Unauthorized))
     }
 }

@@ -10,6 +10,8 @@ use crate::store::StoreError;
 pub enum AdminError {
     #[error("a valid `Authorization: Bearer <token>` header is required")]
     Unauthorized,
+    #[error("too many failed authentications from this address; retry later")]
+    TooManyAuthFailures { retry_after_seconds: u64 },
     #[error("{0} not found")]
     NotFound(&'static str),
     #[error("{0}")]
@@ -39,6 +41,7 @@ impl AdminError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unauthorized => "unauthorized",
+            Self::TooManyAuthFailures { .. } => "too_many_auth_failures",
             Self::NotFound(_) => "not_found",
             Self::BadRequest(_) => "bad_request",
             Self::Unprocessable(_) => "unprocessable",
@@ -60,6 +63,7 @@ impl ResponseError for AdminError {
     fn status_code(&self) -> StatusCode {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::TooManyAuthFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unprocessable(_) | Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
@@ -79,6 +83,11 @@ impl ResponseError for AdminError {
             }
             Self::Store(_) => {
                 response.insert_header((header::RETRY_AFTER, "5"));
+            }
+            Self::TooManyAuthFailures {
+                retry_after_seconds,
+            } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_seconds.to_string()));
             }
             _ => {}
         }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
@@ -17,6 +18,9 @@ use crate::domain::{EventId, JobId};
 use crate::http::AppState;
 use crate::queue::JobStatus;
 use crate::store::{EventFilter, NewJob, PageCursor, StoredEvent, StoredJob};
+
+/// The header carrying a raw body's original Content-Type.
+pub const ORIGINAL_CONTENT_TYPE: &str = "Hookgate-Original-Content-Type";
 
 /// Events replayed per committed batch: small enough that ingestion never waits long.
 const REPLAY_BATCH: i64 = 200;
@@ -106,7 +110,8 @@ pub(crate) async fn event_detail(
 
 #[utoipa::path(get, path = "/admin/v1/events/{id}/raw", tag = "events",
     params(("id" = String, Path, description = "hookgate event id")),
-    responses((status = 200, description = "The exact stored body, with its original Content-Type",
+    responses((status = 200, description = "The exact stored body as a download; its original \
+        Content-Type is in the `Hookgate-Original-Content-Type` header",
         content_type = "application/octet-stream", body = Vec<u8>),
         (status = 404, body = super::views::ErrorBody)),
     security(("bearer" = [])))]
@@ -116,17 +121,26 @@ pub async fn raw_event(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AdminError> {
     let event = event_in_tenant(&state, &tenant, &path).await?;
-    let content_type = event
-        .content_type
-        .clone()
-        .unwrap_or_else(|| "application/octet-stream".into());
-    Ok(HttpResponse::Ok()
-        .insert_header((actix_web::http::header::CONTENT_TYPE, content_type))
-        .body(event.body))
+    // A download, never a page: the sender chose the Content-Type, and a browser shown
+    // their `text/html` under the gateway's origin would run it. The original type travels
+    // in a header of its own.
+    let mut response = HttpResponse::Ok();
+    response
+        .content_type("application/octet-stream")
+        .insert_header((
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{}.bin\"", event.id),
+        ))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"));
+    if let Some(original) = &event.content_type {
+        response.insert_header((ORIGINAL_CONTENT_TYPE, original.as_str()));
+    }
+    Ok(response.body(event.body))
 }
 
 /// The destinations a replay of `event` goes to: those requested, which must all be routed
-/// from its source, or by default every destination of its source.
+/// from its source, or by default every destination of its source. Each at most once, in
+/// the source's order, however often the request names it: one job per destination.
 pub(crate) fn replay_destinations(
     state: &AppState,
     event: &StoredEvent,
@@ -147,7 +161,7 @@ pub(crate) fn replay_destinations(
                     event.source
                 )));
             }
-            list
+            routed.into_iter().filter(|d| list.contains(d)).collect()
         }
     };
     if destinations.is_empty() {

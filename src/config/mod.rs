@@ -7,11 +7,12 @@ mod validate;
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, AdminSettings, AdminTokenSettings, DatabaseSettings,
-    DestinationSettings, LogSettings, ServerSettings, Settings, SourceSettings, WorkerSettings,
+    DestinationSettings, LogSettings, MetricsSettings, ServerSettings, Settings, SourceSettings,
+    WorkerSettings,
 };
 pub use validate::{
-    AdminConfig, AdminToken, DatabaseConfig, Destination, GatewayConfig, LogFormat, ServerConfig,
-    Source, SqliteSynchronous, WorkerConfig,
+    AdminConfig, AdminToken, DatabaseConfig, Destination, GatewayConfig, LogFormat, MetricsConfig,
+    ServerConfig, Source, SqliteSynchronous, WorkerConfig,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -23,6 +23,8 @@ pub struct Settings {
     pub admin: AdminSettings,
     #[serde(default)]
     pub retention: RetentionSettings,
+    #[serde(default)]
+    pub metrics: MetricsSettings,
     /// Extra provider definitions; a file here replaces a built-in one of the same name.
     pub providers_dir: Option<PathBuf>,
     #[serde(default)]
@@ -50,6 +52,24 @@ pub struct ServerSettings {
     /// Group commit: ingest transactions in flight at once (SQLite always uses 1).
     #[serde(default = "default_ingest_writers")]
     pub ingest_writers: usize,
+    /// The request's header lines may hold at most this many bytes (431 above).
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+}
+
+fn default_max_header_bytes() -> usize {
+    32 * 1024
+}
+
+/// Who may read `/metrics`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Serve `/metrics` on this address only (e.g. `127.0.0.1:9090`), not on `server.listen`.
+    pub listen: Option<String>,
+    /// Require `Authorization: Bearer <token>` on `/metrics` (a secret: literal, `env:` or
+    /// `file:`).
+    pub token: Option<SecretString>,
 }
 
 fn default_ingest_batch_max() -> usize {
@@ -68,6 +88,7 @@ impl Default for ServerSettings {
             request_timeout: default_request_timeout(),
             ingest_batch_max: default_ingest_batch_max(),
             ingest_writers: default_ingest_writers(),
+            max_header_bytes: default_max_header_bytes(),
         }
     }
 }
@@ -215,6 +236,12 @@ pub struct AdminSettings {
     /// A request still running after this long is taken as abandoned; its key can be reused.
     #[serde(default = "default_idempotency_stale_after")]
     pub idempotency_stale_after: String,
+    /// Failed authentications (admin API and console) one client address may make at once;
+    /// then one more per `auth_failure_interval`, and 429 meanwhile.
+    #[serde(default = "default_auth_failure_burst")]
+    pub auth_failure_burst: u32,
+    #[serde(default = "default_auth_failure_interval")]
+    pub auth_failure_interval: String,
 }
 
 impl Default for AdminSettings {
@@ -223,8 +250,17 @@ impl Default for AdminSettings {
             tokens: Vec::new(),
             idempotency_ttl: default_idempotency_ttl(),
             idempotency_stale_after: default_idempotency_stale_after(),
+            auth_failure_burst: default_auth_failure_burst(),
+            auth_failure_interval: default_auth_failure_interval(),
         }
     }
+}
+
+fn default_auth_failure_burst() -> u32 {
+    20
+}
+fn default_auth_failure_interval() -> String {
+    "3s".into()
 }
 
 fn default_idempotency_ttl() -> String {

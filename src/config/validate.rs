@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretSlice};
+use sha2::Digest as _;
 
 use super::secret::resolve_secret;
 use super::settings::Settings;
@@ -22,6 +23,16 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     pub ingest_batch_max: usize,
     pub ingest_writers: usize,
+    pub max_header_bytes: usize,
+}
+
+/// Who may read `/metrics`: by default anyone who reaches `server.listen`.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsConfig {
+    /// `/metrics` is served on this address only.
+    pub listen: Option<String>,
+    /// SHA-256 of the bearer token `/metrics` requires.
+    pub token_sha256: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +89,8 @@ pub struct AdminConfig {
     pub tokens: Vec<AdminToken>,
     pub idempotency_ttl: Duration,
     pub idempotency_stale_after: Duration,
+    pub auth_failure_burst: u32,
+    pub auth_failure_interval: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +148,7 @@ pub struct GatewayConfig {
     pub worker: WorkerConfig,
     pub admin: AdminConfig,
     pub retention: RetentionConfig,
+    pub metrics: MetricsConfig,
     pub sources: BTreeMap<String, Arc<Source>>,
     pub destinations: BTreeMap<String, Arc<Destination>>,
 }
@@ -169,7 +183,11 @@ impl GatewayConfig {
             request_timeout: duration("server.request_timeout", &s.request_timeout)?,
             ingest_batch_max: s.ingest_batch_max,
             ingest_writers: s.ingest_writers,
+            max_header_bytes: s.max_header_bytes,
         };
+        if server.max_header_bytes < 1024 {
+            return Err(invalid("server.max_header_bytes", "must be at least 1024"));
+        }
         if server.ingest_batch_max == 0 {
             return Err(invalid("server.ingest_batch_max", "must be positive"));
         }
@@ -259,7 +277,18 @@ impl GatewayConfig {
                 "admin.idempotency_stale_after",
                 &a.idempotency_stale_after,
             )?,
+            auth_failure_burst: a.auth_failure_burst,
+            auth_failure_interval: duration(
+                "admin.auth_failure_interval",
+                &a.auth_failure_interval,
+            )?,
         };
+        if admin.auth_failure_burst == 0 {
+            return Err(invalid("admin.auth_failure_burst", "must be positive"));
+        }
+        if admin.auth_failure_interval.is_zero() {
+            return Err(invalid("admin.auth_failure_interval", "must be positive"));
+        }
 
         let r = &settings.retention;
         let retention = RetentionConfig {
@@ -416,6 +445,21 @@ impl GatewayConfig {
             );
         }
 
+        let metrics = MetricsConfig {
+            listen: settings.metrics.listen.clone(),
+            token_sha256: settings
+                .metrics
+                .token
+                .as_ref()
+                .map(|t| {
+                    let token = resolve_secret(t).map_err(|p| invalid("metrics.token", p))?;
+                    Ok::<_, ConfigError>(
+                        sha2::Sha256::digest(token.expose_secret().as_bytes()).into(),
+                    )
+                })
+                .transpose()?,
+        };
+
         Ok(Self {
             server,
             database,
@@ -423,6 +467,7 @@ impl GatewayConfig {
             worker,
             admin,
             retention,
+            metrics,
             sources,
             destinations,
         })

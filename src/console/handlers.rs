@@ -1,9 +1,10 @@
 //! Console requests: check the session (and CSRF on forms), call the admin actions, render.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
-use actix_web::http::header::LOCATION;
+use actix_web::http::header::{LOCATION, RETRY_AFTER};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
@@ -18,6 +19,7 @@ use crate::admin::events::{event_detail, event_in_tenant, replay_destinations};
 use crate::admin::views::EventSummaryView;
 use crate::admin::{authenticate, cursor, AdminError, Tenant};
 use crate::domain::{JobId, Name};
+use crate::http::auth_failures::{retry_after_seconds, Client};
 use crate::http::AppState;
 use crate::queue::JobStatus;
 use crate::store::{DeadLetterFilter, EventFilter, NewJob, PageCursor};
@@ -170,7 +172,18 @@ pub async fn login(state: web::Data<AppState>, req: HttpRequest, form: Form) -> 
             .body("CSRF token missing or wrong; reload the login page");
     }
     let token = form.get("token").map(|t| t.trim()).unwrap_or("");
+    let (client, now) = (Client::of(req.peer_addr()), Instant::now());
+    if let Err(wait) = state.auth_failures.check(client, now) {
+        return HttpResponse::TooManyRequests()
+            .insert_header((RETRY_AFTER, retry_after_seconds(wait).to_string()))
+            .content_type("text/html; charset=utf-8")
+            .body(
+                pages::login(given, Some("Too many failed logins; try again later.")).into_string(),
+            );
+    }
     let Some(tenant) = authenticate(&state.config.admin.tokens, token).cloned() else {
+        state.auth_failures.failed(client, now);
+        tracing::warn!(client = %client, surface = "console", "authentication failed");
         return HttpResponse::Unauthorized()
             .content_type("text/html; charset=utf-8")
             .body(pages::login(given, Some("That token is not valid.")).into_string());

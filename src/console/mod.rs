@@ -6,13 +6,31 @@ mod handlers;
 mod pages;
 mod session;
 
-use actix_web::web;
+use actix_web::{middleware, web};
 
 pub use session::SESSION_IDLE_SECONDS;
+
+/// Every console answer: no script may run and nothing may load from elsewhere (the pages
+/// have none; this stops any markup that slipped through escaping from doing anything), no
+/// framing (clickjacking), no referrer leaving with an event id in it, and no caching of
+/// pages that show webhook contents.
+fn security_headers() -> middleware::DefaultHeaders {
+    middleware::DefaultHeaders::new()
+        .add((
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ))
+        .add(("X-Frame-Options", "DENY"))
+        .add(("Referrer-Policy", "no-referrer"))
+        .add(("Cache-Control", "no-store"))
+        .add(("X-Content-Type-Options", "nosniff"))
+}
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/console")
+            .wrap(security_headers())
             .route("", web::get().to(handlers::home))
             .route("/", web::get().to(handlers::home))
             .route("/login", web::get().to(handlers::login_form))

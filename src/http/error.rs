@@ -67,6 +67,12 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
+        if let Self::BodyTimeout | Self::PayloadTooLarge(_) | Self::BadPayload(_) = self {
+            // The body was not read to its end: whatever the client sends next on this
+            // connection is the rest of it, not a new request. Closing also frees the socket
+            // of a client that stalls mid-body, chunked or not.
+            response.force_close();
+        }
         if let Self::StoreUnavailable {
             retry_after_seconds,
         }

@@ -1,7 +1,10 @@
 use std::time::Duration;
 
-use actix_web::{web, HttpResponse};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::AppState;
 
@@ -28,8 +31,24 @@ fn not_ready() -> HttpResponse {
     }))
 }
 
-/// Prometheus text format.
-pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// Prometheus text format; with `[metrics] token`, only for `Authorization: Bearer <token>`.
+pub async fn metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    if let Some(want) = &state.config.metrics.token_sha256 {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| -> [u8; 32] { Sha256::digest(t.trim().as_bytes()).into() });
+        if !given.is_some_and(|g| bool::from(g.ct_eq(want))) {
+            return HttpResponse::Unauthorized()
+                .insert_header((header::WWW_AUTHENTICATE, "Bearer"))
+                .json(json!({"error": {
+                    "code": "unauthorized",
+                    "message": "a valid `Authorization: Bearer <token>` header is required",
+                }}));
+        }
+    }
     match state.metrics.render(&state.store).await {
         Ok(text) => HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4")

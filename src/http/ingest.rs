@@ -32,6 +32,16 @@ pub async fn receive_webhook_at(
     receive_webhook(state, request, &path.into_inner(), payload).await
 }
 
+/// Webhook URLs take POST only.
+pub async fn method_not_allowed() -> HttpResponse {
+    HttpResponse::MethodNotAllowed()
+        .insert_header((actix_web::http::header::ALLOW, "POST"))
+        .json(json!({"error": {
+            "code": "method_not_allowed",
+            "message": "webhook URLs take POST only",
+        }}))
+}
+
 pub async fn receive_webhook(
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -40,6 +50,13 @@ pub async fn receive_webhook(
 ) -> Result<HttpResponse, ApiError> {
     let started = Instant::now();
     let result = handle(&state, &request, source_name, payload).await;
+    if let Err(ApiError::BodyTimeout | ApiError::PayloadTooLarge(_) | ApiError::BadPayload(_)) =
+        &result
+    {
+        if let Some(connection) = request.conn_data::<std::sync::Arc<super::Connection>>() {
+            connection.stop_reading();
+        }
+    }
     // Only configured names become labels: a path cannot grow the metrics without bound.
     let source = if state.config.sources.contains_key(source_name) {
         source_name
@@ -172,17 +189,23 @@ async fn read_body(
     Ok(body.freeze())
 }
 
+/// The request's headers sorted by name, each name's values in the order they arrived.
+/// actix keeps headers in a hash map, which loses the order between different names, so the
+/// stored order is the sorted one: the same for the same request, whatever the map did.
 fn request_headers(request: &HttpRequest) -> RequestHeaders {
     // A value that is not UTF-8 is left out rather than converted lossily: conversion could
     // merge distinct ids into one (and so drop events as duplicates). An id or signature
     // header left out is then answered as missing.
-    request
+    let mut headers: Vec<(&str, &str)> = request
         .headers()
         .iter()
         .filter_map(|(name, value)| {
             std::str::from_utf8(value.as_bytes())
                 .ok()
-                .map(|v| (name.as_str(), v.to_owned()))
+                .map(|v| (name.as_str(), v))
         })
-        .collect()
+        .collect();
+    // Stable: a repeated header's values keep their order.
+    headers.sort_by_key(|(name, _)| *name);
+    headers.into_iter().collect()
 }

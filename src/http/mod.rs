@@ -1,5 +1,8 @@
 //! The HTTP layer (actix-web only): extract, call the use-case, map the result.
 
+pub mod auth_failures;
+mod connection;
+mod edge;
 mod error;
 mod health;
 mod ingest;
@@ -12,6 +15,8 @@ use actix_web::web;
 use crate::config::GatewayConfig;
 use crate::store::Store;
 
+pub use connection::Connection;
+pub use edge::edge;
 pub use error::ApiError;
 pub use rate_limit::RateLimiter;
 
@@ -26,6 +31,10 @@ pub struct AppState {
     /// Per-source ingress limits, for the sources that have one.
     pub rate_limits: std::collections::BTreeMap<String, RateLimiter>,
     pub metrics: Arc<crate::telemetry::Metrics>,
+    /// The port of the listener that alone serves `/metrics` (`[metrics] listen`), if any.
+    pub metrics_port: Option<u16>,
+    /// Failed admin and console authentications per client address.
+    pub auth_failures: auth_failures::AuthFailures,
 }
 
 impl AppState {
@@ -44,6 +53,10 @@ impl AppState {
                     .map(|(rate, burst)| (name.clone(), RateLimiter::new(rate, burst)))
             })
             .collect();
+        let auth_failures = auth_failures::AuthFailures::new(
+            config.admin.auth_failure_burst,
+            config.admin.auth_failure_interval,
+        );
         Self {
             store,
             config,
@@ -51,6 +64,8 @@ impl AppState {
             batcher,
             rate_limits,
             metrics,
+            metrics_port: None,
+            auth_failures,
         }
     }
 }
@@ -59,26 +74,31 @@ impl AppState {
 pub fn configure_probes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
-        .route("/metrics", web::get().to(health::metrics));
+        .route(edge::METRICS_PATH, web::get().to(health::metrics));
 }
 
 /// The ingest endpoint: served by the api role. Each configured source gets a route of its
 /// own: actix matches a literal path by comparing strings, while a `{source}` segment runs a
 /// regular expression on every request (a tenth of the gateway's instructions per webhook,
-/// measured with callgrind). The `{source}` route answers every other name, as before.
+/// measured with callgrind). The `{source}` route answers every other name. Any method but
+/// POST is answered 405 with `Allow: POST`.
 pub fn configure_ingest<'a>(cfg: &mut web::ServiceConfig, sources: impl Iterator<Item = &'a str>) {
     for name in sources {
         let source: Arc<str> = name.into();
-        cfg.route(
-            &format!("/webhooks/{name}"),
-            web::post().to(move |state: web::Data<AppState>, request, payload| {
-                let source = source.clone();
-                async move { ingest::receive_webhook(state, request, &source, payload).await }
-            }),
+        cfg.service(
+            web::resource(format!("/webhooks/{name}"))
+                .route(
+                    web::post().to(move |state: web::Data<AppState>, request, payload| {
+                        let source = source.clone();
+                        async move { ingest::receive_webhook(state, request, &source, payload).await }
+                    }),
+                )
+                .default_service(web::to(ingest::method_not_allowed)),
         );
     }
-    cfg.route(
-        "/webhooks/{source}",
-        web::post().to(ingest::receive_webhook_at),
+    cfg.service(
+        web::resource("/webhooks/{source}")
+            .route(web::post().to(ingest::receive_webhook_at))
+            .default_service(web::to(ingest::method_not_allowed)),
     );
 }

@@ -4,7 +4,8 @@ use bytes::Bytes;
 
 use crate::domain::ProviderEventId;
 
-/// Request headers in arrival order, names lower-cased, repeated headers kept.
+/// Request headers, names lower-cased, repeated headers kept with their values in arrival
+/// order (the HTTP layer sorts the names).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestHeaders(Vec<(String, String)>);
 

@@ -191,7 +191,11 @@ async fn an_event_shows_what_arrived_and_what_happened(backend: Backend) {
             None,
         )
         .await;
-    assert_eq!(raw.headers()["content-type"], "application/json");
+    assert_eq!(raw.headers()["content-type"], "application/octet-stream");
+    assert_eq!(
+        raw.headers()["hookgate-original-content-type"],
+        "application/json"
+    );
 
     for missing in [
         "/events/01a22c04-d7d2-70d6-ae77-4f1669652d2b",

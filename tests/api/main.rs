@@ -11,6 +11,7 @@ mod crash;
 mod delivery;
 mod group_commit;
 mod handoff;
+mod hardening;
 mod idempotency;
 mod ingest;
 mod limits;

@@ -137,6 +137,8 @@ pub struct TestApp {
     pub admin_pause: hookgate::admin::SharedPause,
     pub batcher: hookgate::ingest::IngestBatcher,
     pub metrics: std::sync::Arc<hookgate::telemetry::Metrics>,
+    /// `http://127.0.0.1:{port}` of `[metrics] listen`, when set.
+    pub metrics_address: Option<String>,
     handle: ServerHandle,
     // Dropped last: the database outlives the server using it.
     _db: DbGuard,
@@ -196,6 +198,7 @@ pub async fn spawn_app_with(
     let admin_pause = app.admin_pause().clone();
     let batcher = app.batcher().clone();
     let metrics = app.metrics().clone();
+    let metrics_address = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}"));
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestApp {
@@ -208,6 +211,7 @@ pub async fn spawn_app_with(
         admin_pause,
         batcher,
         metrics,
+        metrics_address,
         handle,
         _db: guard,
     }
