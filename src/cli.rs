@@ -52,6 +52,8 @@ pub enum Command {
     Token(TokenCommand),
     /// Sign a test webhook as a source's provider would and post it to the gateway.
     Send(crate::cli_send::SendArgs),
+    /// Receive hookgate's deliveries locally, verify their signatures and print them.
+    Listen(crate::cli_listen::ListenArgs),
     /// Stored events, through a running gateway's admin API.
     #[command(subcommand)]
     Events(crate::cli_admin::EventsCommand),
@@ -96,6 +98,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied ({})", store.backend_name());
         }
         Command::Send(args) => crate::cli_send::send(args).await?,
+        Command::Listen(args) => crate::cli_listen::listen(args).await?,
         Command::Token(TokenCommand::New { tenant }) => {
             crate::domain::Name::parse("tenant", &tenant)?;
             let mut bytes = [0u8; 32];

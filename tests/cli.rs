@@ -5,6 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+#[path = "cli/listen.rs"]
+mod listen;
+
 fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
     // The developer's own overrides must not leak into these tests.
