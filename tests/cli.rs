@@ -7,6 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 #[path = "cli/listen.rs"]
 mod listen;
+#[path = "cli/output.rs"]
+mod output;
 
 fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
