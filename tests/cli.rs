@@ -532,6 +532,7 @@ fn send_signs_test_events_that_every_demo_source_accepts() {
     let (_child, address, _) = spawn_serve(cmd);
     let send = |extra: &[&str]| {
         bin()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .arg("send")
             .arg("--config")
             .arg(repo_file("hookgate.example.toml"))
@@ -563,6 +564,27 @@ fn send_signs_test_events_that_every_demo_source_accepts() {
         assert!(
             stdout.contains(&format!(r#""duplicate":{duplicate}"#)),
             "{stdout}"
+        );
+    }
+    // The README's `send` commands, with the bodies that ship in examples/.
+    let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
+    let commands: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("cargo run --release -- send --config hookgate.example.toml ")
+        })
+        .collect();
+    assert!(
+        commands.iter().any(|c| c.contains("--body examples/")),
+        "{commands:?}"
+    );
+    for command in commands {
+        let out = send(&command.split_whitespace().collect::<Vec<_>>());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.starts_with("200 "),
+            "{command}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
     let out = send(&["--source", "nope"]);
