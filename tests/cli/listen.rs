@@ -10,6 +10,11 @@ use super::{bin, sink_config, spawn_serve, KillOnDrop};
 
 /// Starts `listen` with `args` and returns it, its address and its further stdout lines.
 fn spawn_listen(args: &[&str]) -> (KillOnDrop, String, Receiver<String>) {
+    spawn_listen_expecting(args, "hookgate listen: receiving on http://")
+}
+
+/// `spawn_listen`, checking that the first line contains `expected`.
+fn spawn_listen_expecting(args: &[&str], expected: &str) -> (KillOnDrop, String, Receiver<String>) {
     let child = bin()
         .arg("listen")
         .args(args)
@@ -21,6 +26,7 @@ fn spawn_listen(args: &[&str]) -> (KillOnDrop, String, Receiver<String>) {
     let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
+    assert!(first.contains(expected), "{first:?}");
     let address = first
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
@@ -141,6 +147,18 @@ fn listen_prints_bodies_only_when_asked_and_refuses_bad_secrets() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
     assert!(next_line(&lines).contains("NOT VERIFIED (missing"));
     assert_eq!(next_line(&lines), r#"{"unsigned":true}"#);
+
+    // Without --destination, every destination's secret verifies (the README's quick start).
+    let example = super::repo_file("hookgate.example.toml");
+    let (_all, _, _) = spawn_listen_expecting(
+        &[
+            "--config",
+            example.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        "verifying with billing, ci",
+    );
 
     let out = bin()
         .args(["listen", "--secret", "not-a-whsec-secret"])
