@@ -248,6 +248,48 @@ check(stop is not None and seconds(stop.group(1) if not stop.group(1).isdigit()
                                    else stop.group(1) + "s") > shutdown_grace,
       "hookgate.service: TimeoutStopSec > worker.shutdown_grace")
 
+# The SQLite checkpoint thread lowers its own priority (src/store/sqlite/checkpoints.rs:
+# SCHED_IDLE through pthread_setschedparam, then a nice value): the system call filter, read
+# in order as systemd merges it, must let those calls through or it silently runs at normal
+# priority.
+PRIORITY_SYSCALLS = {"sched_setscheduler", "setpriority"}
+
+
+def syscall_groups() -> dict[str, list[str]]:
+    proc = subprocess.run(["systemd-analyze", "syscall-filter", "--no-pager"],
+                          capture_output=True, text=True)
+    groups: dict[str, list[str]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("@"):
+            current = groups.setdefault(line.strip(), [])
+        elif current is not None and line.strip() and not line.strip().startswith("#"):
+            current.append(line.strip())
+    return groups
+
+
+def expand(names: list[str], groups: dict[str, list[str]]) -> set[str]:
+    out: set[str] = set()
+    for name in names:
+        out |= expand(groups.get(name, []), groups) if name.startswith("@") else {name}
+    return out
+
+
+filters = re.findall(r"^SystemCallFilter=(.*)$", unit, re.M)
+groups = syscall_groups()
+check("@resources" in groups, "systemd-analyze syscall-filter lists the system call groups")
+# The first assignment decides: an allow list (later ~ lines remove, others add) or a deny
+# list (later ~ lines add to it, others remove from it).
+listed: set[str] = set()
+allow_list = bool(filters) and not filters[0].startswith("~")
+for value in filters:
+    names = expand(value.lstrip("~").split(), groups)
+    adds = value.startswith("~") != allow_list
+    listed = listed | names if adds else listed - names
+for call in sorted(PRIORITY_SYSCALLS):
+    check((call in listed) == allow_list, f"hookgate.service: SystemCallFilter allows {call} "
+          "(the checkpoint thread's SCHED_IDLE and nice)")
+
 # --- Dockerfile ----------------------------------------------------------------------------
 
 dockerfile = (DEPLOY / "Dockerfile").read_text()

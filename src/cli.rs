@@ -52,6 +52,8 @@ pub enum Command {
     Token(TokenCommand),
     /// Sign a test webhook as a source's provider would and post it to the gateway.
     Send(crate::cli_send::SendArgs),
+    /// Receive hookgate's deliveries locally, verify their signatures and print them.
+    Listen(crate::cli_listen::ListenArgs),
     /// Stored events, through a running gateway's admin API.
     #[command(subcommand)]
     Events(crate::cli_admin::EventsCommand),
@@ -93,9 +95,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(gateway.log_format);
             let store = Store::connect(&gateway.database)?;
             store.migrate().await?;
-            println!("migrations applied ({})", store.backend_name());
+            if telemetry::json_output() {
+                let fields = serde_json::json!({"message": "migrations applied", "store": store.backend_name()});
+                println!("{}", telemetry::json_line("INFO", fields));
+            } else {
+                println!("migrations applied ({})", store.backend_name());
+            }
         }
         Command::Send(args) => crate::cli_send::send(args).await?,
+        Command::Listen(args) => crate::cli_listen::listen(args).await?,
         Command::Token(TokenCommand::New { tenant }) => {
             crate::domain::Name::parse("tenant", &tenant)?;
             let mut bytes = [0u8; 32];
@@ -127,18 +135,54 @@ fn display_address(listen: &str, port: u16) -> String {
     }
 }
 
+/// Where the gateway listens and where to POST each source's webhooks: plain lines, or JSON
+/// lines in JSON mode (then every line the process prints is JSON).
+fn print_banner(base: &str, store: &str, role: Role, gateway: &GatewayConfig) {
+    let json = telemetry::json_output();
+    let mut lines = vec![if json {
+        telemetry::json_line(
+            "INFO",
+            serde_json::json!({"message": "hookgate listening", "url": base, "store": store, "role": format!("{role:?}")}),
+        )
+    } else {
+        format!("hookgate listening on {base} (store: {store}, role: {role:?})")
+    }];
+    if role != Role::Worker {
+        for name in gateway.sources.keys() {
+            let url = format!("{base}/webhooks/{name}");
+            lines.push(if json {
+                telemetry::json_line(
+                    "INFO",
+                    serde_json::json!({"message": "ingest URL", "source": name, "url": url}),
+                )
+            } else {
+                format!("  POST webhooks for source {name:?} to {url}")
+            });
+        }
+    }
+    // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
 async fn serve(
     config: &std::path::Path,
     role: Role,
     log_format: Option<LogFormatArg>,
 ) -> anyhow::Result<()> {
+    // The flag applies before the configuration loads, so its errors come out in its format.
+    if let Some(format) = log_format {
+        telemetry::init(match format {
+            LogFormatArg::Json => crate::config::LogFormat::Json,
+            LogFormatArg::Text => crate::config::LogFormat::Text,
+        });
+    }
     let settings = Settings::load(config)?;
     let gateway = GatewayConfig::from_settings(&settings)?;
-    telemetry::init(match log_format {
-        Some(LogFormatArg::Json) => crate::config::LogFormat::Json,
-        Some(LogFormatArg::Text) => crate::config::LogFormat::Text,
-        None => gateway.log_format,
-    });
+    telemetry::init(gateway.log_format);
     let (stop, stopped) = watch::channel(false);
 
     let app = Application::build_with_role(settings, role).await?;
@@ -146,23 +190,7 @@ async fn serve(
         "http://{}",
         display_address(&gateway.server.listen, app.port())
     );
-    // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "hookgate listening on {base} (store: {}, role: {role:?})",
-        app.store().backend_name()
-    );
-    if role != Role::Worker {
-        for name in gateway.sources.keys() {
-            let _ = writeln!(
-                out,
-                "  POST webhooks for source {name:?} to {base}/webhooks/{name}"
-            );
-        }
-    }
-    let _ = out.flush();
-    drop(out);
+    print_banner(&base, app.store().backend_name(), role, &gateway);
     let (store, config, metrics) = (
         app.store().clone(),
         app.config().clone(),

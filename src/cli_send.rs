@@ -16,9 +16,10 @@ pub struct SendArgs {
     #[arg(long)]
     pub source: String,
     /// Send this file as the body (its event id is read where the provider reads it).
-    #[arg(long, conflicts_with = "event")]
+    #[arg(long)]
     pub body: Option<PathBuf>,
-    /// Send a generated sample event of this type.
+    /// The event type: of the generated sample body, or with `--body`, in the header where
+    /// the provider sends it (GitHub's `X-GitHub-Event`, ...).
     #[arg(long)]
     pub event: Option<String>,
     /// The gateway's base URL (default: from `server.listen`).

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod cli;
 pub mod cli_admin;
+pub mod cli_listen;
 pub mod cli_send;
 pub mod config;
 pub mod console;

@@ -17,7 +17,7 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(hookgate::cli::run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            hookgate::telemetry::print_error(&e);
             std::process::ExitCode::FAILURE
         }
     }

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 const TOKEN: &str = "hg_test_admin_token";
 const STRIPE_SECRET: &str = "whsec_demo_stripe_secret";
+const STRIPE_OLD_SECRET: &str = "whsec_previous_demo_stripe_secret";
 
 fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
@@ -82,7 +83,7 @@ token_sha256 = "{digest}"
 [[sources]]
 name = "stripe"
 provider = "stripe"
-secrets = ["{STRIPE_SECRET}"]
+secrets = ["{STRIPE_SECRET}", "{STRIPE_OLD_SECRET}"]
 destinations = ["billing"]
 
 [[destinations]]
@@ -120,11 +121,16 @@ fn start_gateway(destination_url: &str) -> Gateway {
 impl Gateway {
     /// Posts a Stripe event signed like the README's curl example; returns hookgate's id.
     fn ingest(&self, body: &str) -> String {
+        self.ingest_signed(STRIPE_SECRET, body)
+    }
+
+    /// Posts a Stripe event signed with `secret`; returns hookgate's id.
+    fn ingest_signed(&self, secret: &str, body: &str) -> String {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        let mut mac = Hmac::<Sha256>::new_from_slice(STRIPE_SECRET.as_bytes()).unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
         mac.update(format!("{ts}.{body}").as_bytes());
         let signature = format!("t={ts},v1={}", hex::encode(mac.finalize().into_bytes()));
         let url = format!("{}/webhooks/stripe", self.address);
@@ -289,6 +295,30 @@ fn start_gone_sink() -> String {
         }
     });
     url
+}
+
+#[test]
+fn events_show_names_the_secret_that_verified() {
+    let gw = start_gateway("http://127.0.0.1:9/x");
+    let current = gw.ingest(&stripe_event("evt_cli_current", "invoice.paid"));
+    let old = gw.ingest_signed(
+        STRIPE_OLD_SECRET,
+        &stripe_event("evt_cli_old", "invoice.paid"),
+    );
+    let (shown, _) = gw.ok(&["events", "show", &current]);
+    assert!(
+        shown.contains("verified secret    0 (the first of the source's secrets)"),
+        "{shown}"
+    );
+    let (shown, _) = gw.ok(&["events", "show", &old]);
+    assert!(
+        shown.contains("verified secret    1 (0 = the first"),
+        "{shown}"
+    );
+    assert_eq!(
+        gw.json(&["events", "show", &old])["verified_secret_index"],
+        1
+    );
 }
 
 #[test]

@@ -406,3 +406,33 @@ async fn a_dead_letter_can_be_discarded_alone() {
     );
     assert!(discarded.discarded_at.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_page_names_the_secret_that_verified() {
+    let (_sink, app) = app_where_billing_is_gone().await;
+    let body = r#"{"id":"evt_old_secret","type":"invoice.paid"}"#;
+    let headers = support::signing::stripe_headers(
+        support::STRIPE_OLD_SECRET,
+        support::signing::now(),
+        body.as_bytes(),
+    );
+    let r = app.post_webhook("stripe", &headers, body.to_owned()).await;
+    let id = r.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (client, session, _) = http_login(&app).await;
+    let page = client
+        .get(app.url(&format!("/console/events/{id}")))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(r#"<strong id="verified-secret-index">1</strong>"#),
+        "{page}"
+    );
+}

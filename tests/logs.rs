@@ -28,6 +28,8 @@ const BODY_MARKER: &str = "body-marker-7f3a9c21-never-log-me";
 
 async fn full_run(backend: Backend) -> Vec<String> {
     let sink = Sink::start().await;
+    // One failed attempt, whose log line must say why.
+    sink.script("/audit", &[support::sink::Answer::status(503)]);
     let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
     let body =
         format!(r#"{{"id":"evt_logs","type":"invoice.paid","secret_note":"{BODY_MARKER}"}}"#);
@@ -149,6 +151,18 @@ async fn no_secret_token_signature_or_body_is_logged() {
         assert!(f["event_id"].is_string() && f["destination"].is_string());
         assert_eq!(f["source"], "stripe");
         assert!(f["outcome"].is_string());
+        if f["outcome"] == "succeeded" {
+            assert!(f.get("reason").is_none(), "{l}");
+        }
+    }
+    let retried: Vec<_> = attempts
+        .iter()
+        .filter(|l| l["fields"]["outcome"] == "retry")
+        .collect();
+    assert_eq!(retried.len(), 2, "audit's scripted 503, on both stores");
+    for l in retried {
+        assert_eq!(l["fields"]["reason"], "HTTP 503", "{l}");
+        assert_eq!(l["fields"]["status"], 503, "{l}");
     }
     for needle in &needles {
         assert!(needle.len() >= 16, "{needle:?} is too short to search for");

@@ -14,6 +14,8 @@ pub struct EventSummaryView {
     pub provider_event_id: String,
     pub event_type: Option<String>,
     pub received_at: DateTime<Utc>,
+    /// Which of the source's secrets verified the event (0 = the first listed).
+    pub verified_secret_index: i32,
 }
 
 impl From<&EventSummary> for EventSummaryView {
@@ -24,6 +26,7 @@ impl From<&EventSummary> for EventSummaryView {
             provider_event_id: e.provider_event_id.clone(),
             event_type: e.event_type.clone(),
             received_at: e.received_at,
+            verified_secret_index: e.verified_secret_index,
         }
     }
 }
@@ -119,6 +122,8 @@ pub struct EventDetail {
     /// The body as text, when it is valid UTF-8.
     pub body: Option<String>,
     pub verified_scheme: String,
+    /// Which of the source's secrets verified the event (0 = the first listed).
+    pub verified_secret_index: i32,
     pub jobs: Vec<JobView>,
 }
 
@@ -142,6 +147,7 @@ impl EventDetail {
             body_base64: base64::engine::general_purpose::STANDARD.encode(&e.body),
             body: String::from_utf8(e.body.clone()).ok(),
             verified_scheme: e.verified_scheme.clone(),
+            verified_secret_index: e.verified_secret_index,
             jobs,
         }
     }

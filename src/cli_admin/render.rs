@@ -68,6 +68,9 @@ pub struct EventDetail {
     pub body_base64: String,
     pub body: Option<String>,
     pub verified_scheme: String,
+    /// Absent from gateways that do not report it.
+    #[serde(default)]
+    pub verified_secret_index: Option<i32>,
     pub jobs: Vec<Job>,
 }
 
@@ -235,6 +238,15 @@ fn history_table(history: &[Attempt], indent: &str) -> String {
     )
 }
 
+/// Which of the source's secrets verified the event, counted from 0 as in the configuration.
+fn secret_index(index: Option<i32>) -> String {
+    match index {
+        Some(0) => "0 (the first of the source's secrets)".to_owned(),
+        Some(i) => format!("{i} (0 = the first of the source's secrets)"),
+        None => "-".to_owned(),
+    }
+}
+
 pub fn event_detail(e: &EventDetail) -> String {
     let mut out = String::new();
     let fields = [
@@ -245,6 +257,7 @@ pub fn event_detail(e: &EventDetail) -> String {
         ("received at", short_time(&e.received_at)),
         ("content type", opt(&e.content_type)),
         ("verified by", clean(&e.verified_scheme)),
+        ("verified secret", secret_index(e.verified_secret_index)),
     ];
     for (name, value) in fields {
         let _ = writeln!(out, "{name:<18} {value}");

@@ -170,6 +170,7 @@ pub fn event(tenant: &str, csrf: &str, notice: Option<&str>, e: &EventDetail) ->
         html! {
             h1 { "Event " code { (e.id) } }
             p { (e.source) " · " (e.provider_event_id) " · " (e.event_type.as_deref().unwrap_or("no type")) " · received " (e.received_at.to_rfc3339()) }
+            p id="verified" { "Verified (" (e.verified_scheme) ") with secret " strong id="verified-secret-index" { (e.verified_secret_index) } " of the source's list (0 = the first)" }
             form method="post" action={ "/console/events/" (e.id) "/replay" } {
                 input type="hidden" name="csrf" value=(csrf);
                 button type="submit" id="replay" { "Replay to all destinations" }

@@ -48,7 +48,8 @@ impl Built {
 
 pub(super) const SUMMARY_COLUMNS: &str = "e.id AS e_id, e.tenant AS e_tenant, \
     e.source AS e_source, e.provider_event_id AS e_provider_event_id, \
-    e.event_type AS e_event_type, e.received_at AS e_received_at";
+    e.event_type AS e_event_type, e.received_at AS e_received_at, \
+    e.verified_secret_index AS e_verified_secret_index";
 
 pub(super) const JOB_COLUMNS_J: &str = "j.id, j.event_id, j.destination, j.status, j.attempts, \
     j.next_attempt_at, j.locked_until, j.last_error, j.created_at, j.updated_at, j.discarded_at";

@@ -78,6 +78,7 @@ pub struct EventSummary {
     pub provider_event_id: String,
     pub event_type: Option<String>,
     pub received_at: DateTime<Utc>,
+    pub verified_secret_index: i32,
 }
 
 /// A job with a summary of its event (the dead-letter list, and tenant checks).

@@ -74,6 +74,13 @@ pub fn sign_request(
     if let Some(TimestampSource::Headers(names)) = def.timestamp.as_ref().map(|t| &t.source) {
         headers.push(&names[0], timestamp.clone());
     }
+    // A header the template signs and nothing above sets carries the event id, a value
+    // unique to this request.
+    for name in spec.payload.headers() {
+        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            headers.push(name, event_id);
+        }
+    }
     let lookup = headers.clone();
     let header = |name: &str| -> Option<&str> {
         lookup
@@ -89,7 +96,7 @@ pub fn sign_request(
             id: spec.payload.uses(Segment::Id).then_some(event_id),
             header: &header,
         })
-        .unwrap_or_default();
+        .expect("every value the template reads is set above");
     let mac = verifier.first_key().mac(spec.algorithm, &payload);
     let encoded = match spec.encoding {
         Encoding::Hex => hex::encode(mac),
@@ -127,6 +134,37 @@ pub fn sign_request(
 mod tests {
     use super::*;
     use crate::verify::{ProviderRegistry, SourceOverrides, Unverified, Verified};
+
+    /// A `{header:Name}` in the signed payload is set and signed.
+    #[test]
+    fn signs_header_placeholders() {
+        let def = crate::verify::parse_definition(
+            "acme.toml",
+            r#"
+name = "acme"
+[signature]
+headers = ["X-Acme-Signature"]
+format = "raw"
+algorithm = "hmac-sha256"
+encoding = "hex"
+signed_payload = "{header:X-Acme-Request-Id}:{body}"
+[event]
+id = ["json:/id"]
+"#,
+        )
+        .unwrap();
+        let verifier = SourceVerifier::new(def, &["acme-secret"]).unwrap();
+        let body = sample_body(&verifier, "evt_acme_1", "test.event");
+        let signed = sign_request(&verifier, body, "evt_acme_1", "test.event", 1_700_000_000);
+        assert!(signed
+            .headers
+            .iter()
+            .any(|(n, v)| n.eq_ignore_ascii_case("x-acme-request-id") && v == "evt_acme_1"));
+        let verified = Unverified::new(signed.headers, signed.body.into())
+            .verify(&verifier, 1_700_000_000)
+            .unwrap();
+        assert!(matches!(verified, Verified::Event(_)));
+    }
 
     /// Whatever `send` signs, `verify` accepts, for every built-in provider.
     #[test]

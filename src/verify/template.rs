@@ -79,6 +79,14 @@ impl PayloadTemplate {
         })
     }
 
+    /// The (lower-case) names of the headers the template reads.
+    pub fn headers(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().filter_map(|p| match p {
+            Part::Header(h) => Some(h.as_str()),
+            _ => None,
+        })
+    }
+
     /// Renders the exact bytes to MAC. `None` when a value the template needs is absent.
     pub fn render(&self, values: &PayloadValues<'_>) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity(values.body.len() + 64);

@@ -107,6 +107,8 @@ impl Context {
             attempt = job.attempt,
             status = report.status_code,
             outcome = outcome.as_str(),
+            // The status or the transport error's kind and text; never the response body.
+            reason = error.as_deref(),
             "delivery attempt"
         );
         self.metrics

@@ -12,6 +12,8 @@ use crate::support::{
 };
 use hookgate::domain::EventId;
 
+mod secrets;
+
 both_backends!(
     admin_requests_need_a_valid_token,
     events_are_listed_newest_first_across_pages_and_filtered,

@@ -36,6 +36,7 @@ fn summary_from_row(r: &PgRow) -> Result<EventSummary, StoreError> {
         provider_event_id: r.try_get("e_provider_event_id")?,
         event_type: r.try_get("e_event_type")?,
         received_at: r.try_get("e_received_at")?,
+        verified_secret_index: r.try_get("e_verified_secret_index")?,
     })
 }
 

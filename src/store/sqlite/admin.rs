@@ -37,6 +37,7 @@ fn summary_from_row(r: &SqliteRow) -> Result<EventSummary, StoreError> {
         provider_event_id: r.try_get("e_provider_event_id")?,
         event_type: r.try_get("e_event_type")?,
         received_at: from_millis(r.try_get("e_received_at")?)?,
+        verified_secret_index: r.try_get("e_verified_secret_index")?,
     })
 }
 
