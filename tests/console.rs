@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use support::console::{csrf_of, first_cookie, http_login, no_redirects};
 use support::sink::{Answer, Sink};
 use support::{spawn_app_with_sink, Backend, ACME_TOKEN};
 
@@ -263,63 +264,6 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
     assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 4);
 }
 
-/// The first cookie a response sets, as `name=value`.
-fn first_cookie(r: &reqwest::Response) -> String {
-    r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
-/// The CSRF token of the first form on a page.
-fn csrf_of(html: &str) -> String {
-    html.split(r#"name="csrf" value=""#)
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
-/// Logs in over plain HTTP (redirects not followed); returns the client, the session
-/// cookie and the CSRF token of the dead-letters page.
-async fn http_login(app: &support::TestApp) -> (reqwest::Client, String, String) {
-    let client = no_redirects();
-    let r = client.get(app.url("/console/login")).send().await.unwrap();
-    let cookie = first_cookie(&r);
-    let csrf = csrf_of(&r.text().await.unwrap());
-    let r = client
-        .post(app.url("/console/login"))
-        .header("cookie", &cookie)
-        .form(&[("csrf", csrf.as_str()), ("token", ACME_TOKEN)])
-        .send()
-        .await
-        .unwrap();
-    let session = first_cookie(&r);
-    let page = client
-        .get(app.url("/console/dead-letters"))
-        .header("cookie", &session)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let csrf = csrf_of(&page);
-    (client, session, csrf)
-}
-
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_can_be_discarded_in_bulk() {
     let (_sink, app) = app_where_billing_is_gone().await;
@@ -334,7 +278,7 @@ async fn dead_letters_can_be_discarded_in_bulk() {
             .unwrap(),
         3
     );
-    let (client, session, csrf) = http_login(&app).await;
+    let (client, session, csrf) = http_login(&app, ACME_TOKEN).await;
     let r = client
         .post(app.url("/console/dead-letters/discard"))
         .header("cookie", &session)
@@ -380,7 +324,7 @@ async fn a_dead_letter_can_be_discarded_alone() {
     };
     let job = billing_job(app.store.jobs_for_event(gone).await.unwrap());
     assert_eq!(job.status, hookgate::queue::JobStatus::Failed);
-    let (client, session, csrf) = http_login(&app).await;
+    let (client, session, csrf) = http_login(&app, ACME_TOKEN).await;
     let r = client
         .post(app.url(&format!("/console/dead-letters/{}/discard", job.id)))
         .header("cookie", &session)
@@ -421,7 +365,7 @@ async fn the_event_page_names_the_secret_that_verified() {
         .as_str()
         .unwrap()
         .to_owned();
-    let (client, session, _) = http_login(&app).await;
+    let (client, session, _) = http_login(&app, ACME_TOKEN).await;
     let page = client
         .get(app.url(&format!("/console/events/{id}")))
         .header("cookie", &session)
