@@ -15,7 +15,7 @@ use actix_web::web;
 pub use auth::{authenticate, Tenant};
 pub use error::AdminError;
 pub use idempotency::{PausePoint, SharedPause};
-pub use openapi::AdminApi;
+pub use openapi::{document as openapi_document, AdminApi};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

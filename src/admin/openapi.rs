@@ -1,15 +1,22 @@
-//! The OpenAPI 3 document, generated from the handlers' annotations and the view types.
+//! The OpenAPI 3.1 document, generated from the handlers' annotations and the view types,
+//! then completed by [`document`] with what holds for many operations at once (so each fact
+//! is stated in one place): authentication (401, 429), the store (503), Idempotency-Key on
+//! every POST (its format, 400, 409, 422, `Idempotent-Replayed`), the bulk endpoints'
+//! at-least-one-filter rule, and links between operations. Each handler's own attribute
+//! lists the statuses only it answers.
 
 use actix_web::HttpResponse;
+use serde_json::{json, Map, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::auth::Tenant;
+use super::idempotency::KEY_PATTERN;
 use super::{dead_letters, events, views};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "hookgate admin API", description = "Inspect events, replay them, and work the dead-letter queue. Every request needs `Authorization: Bearer <token>`; a token sees only its tenant."),
+    info(title = "hookgate admin API", description = "Inspect events, replay them, and work the dead-letter queue. Every request needs `Authorization: Bearer <token>`; a token sees only its tenant. Errors are `{\"error\": {\"code\", \"message\"}}`."),
     paths(
         events::list_events,
         events::get_event,
@@ -45,9 +52,246 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Every `error.code` the admin API answers with (`AdminError::code`, the router's
+/// `not_found`, and the authentication limiter's `too_many_auth_failures`).
+pub const ERROR_CODES: [&str; 9] = [
+    "bad_request",
+    "unauthorized",
+    "not_found",
+    "conflict",
+    "idempotency_in_progress",
+    "unprocessable",
+    "idempotency_key_reused",
+    "too_many_auth_failures",
+    "store_unavailable",
+];
+
+/// The bulk endpoints' filters, of which a request must give at least one (non-null).
+const BULK_FILTERS: [(&str, &[&str]); 2] = [
+    (
+        "BulkReplayRequest",
+        &[
+            "source",
+            "event_type",
+            "provider_event_id",
+            "status",
+            "received_from",
+            "received_to",
+        ],
+    ),
+    ("BulkRetryRequest", &["destination", "source"]),
+];
+
+/// Links from a response to the operations that take one of its ids, so a client (or a
+/// stateful tester) can walk from a list to its items.
+const LINKS: [(&str, &str, &str, &str, &str); 5] = [
+    (
+        "list_events",
+        "200",
+        "get_event",
+        "id",
+        "$response.body#/data/0/id",
+    ),
+    (
+        "list_events",
+        "200",
+        "replay_event",
+        "id",
+        "$response.body#/data/0/id",
+    ),
+    (
+        "list_dead_letters",
+        "200",
+        "retry_dead_letter",
+        "job_id",
+        "$response.body#/data/0/id",
+    ),
+    (
+        "list_dead_letters",
+        "200",
+        "discard_dead_letter",
+        "job_id",
+        "$response.body#/data/0/id",
+    ),
+    (
+        "replay_event",
+        "202",
+        "get_event",
+        "id",
+        "$response.body#/jobs/0/event_id",
+    ),
+];
+
+fn error_response(description: &str, headers: Value) -> Value {
+    json!({
+        "description": description,
+        "headers": headers,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    })
+}
+
+fn retry_after(when: &str) -> Value {
+    json!({
+        "Retry-After": {
+            "description": format!("Seconds to wait before {when}"),
+            "required": true,
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    })
+}
+
+/// Adds `status` to `responses`, or appends `also` to the description of the one there.
+fn add_response(responses: &mut Map<String, Value>, status: &str, response: Value, also: &str) {
+    match responses.get_mut(status) {
+        Some(existing) => {
+            let description = existing["description"].as_str().unwrap_or_default();
+            existing["description"] = Value::from(format!("{description}; or {also}"));
+        }
+        None => {
+            responses.insert(status.to_owned(), response);
+        }
+    }
+}
+
+/// The complete document, as `GET /admin/v1/openapi.json` serves it.
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(AdminApi::openapi()).expect("the document serialises");
+    doc["security"] = json!([{"bearer": []}]);
+    let schemas = &mut doc["components"]["schemas"];
+    schemas["ErrorDetail"]["properties"]["code"]["enum"] = json!(ERROR_CODES);
+    for (schema, filters) in BULK_FILTERS {
+        let any_of: Vec<Value> = filters
+            .iter()
+            .map(|f| json!({"required": [f], "properties": {*f: {"type": "string"}}}))
+            .collect();
+        schemas[schema]["anyOf"] = Value::from(any_of);
+    }
+
+    let key_param = json!({
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": false,
+        "description": "Makes a retried POST act once: the same key with the same request answers the first response again, with `Idempotent-Replayed: true`. 1 to 255 visible ASCII characters.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": KEY_PATTERN},
+    });
+    let replayed = json!({
+        "description": "`true` when this is the saved response of an earlier request with the same Idempotency-Key",
+        "schema": {"type": "string", "enum": ["true"]},
+    });
+
+    let paths = doc["paths"].as_object_mut().expect("paths");
+    for (path, item) in paths.iter_mut() {
+        for (method, op) in item.as_object_mut().expect("a path item").iter_mut() {
+            let uses_store = path != "/admin/v1/openapi.json";
+            if method == "post" {
+                let responses = op["responses"].as_object_mut().expect("responses");
+                // Responses given inside the action are saved and may come back replayed;
+                // 401, 429 and 503 never are.
+                for response in responses.values_mut() {
+                    let headers = response
+                        .as_object_mut()
+                        .expect("a response")
+                        .entry("headers")
+                        .or_insert_with(|| json!({}));
+                    headers["Idempotent-Replayed"] = replayed.clone();
+                }
+                let replayable = json!({"Idempotent-Replayed": replayed});
+                add_response(
+                    responses,
+                    "400",
+                    error_response("`bad_request`: a malformed Idempotency-Key", json!({})),
+                    "a malformed Idempotency-Key",
+                );
+                add_response(
+                    responses,
+                    "409",
+                    error_response(
+                        "`idempotency_in_progress`: a request with this Idempotency-Key is still running",
+                        replayable.clone(),
+                    ),
+                    "`idempotency_in_progress`: a request with this Idempotency-Key is still running",
+                );
+                add_response(
+                    responses,
+                    "422",
+                    error_response(
+                        "`idempotency_key_reused`: this Idempotency-Key was used for a different request",
+                        replayable,
+                    ),
+                    "`idempotency_key_reused`: this Idempotency-Key was used for a different request",
+                );
+                let params = op
+                    .as_object_mut()
+                    .expect("an operation")
+                    .entry("parameters")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .expect("parameters");
+                params.retain(|p| p["name"] != "Idempotency-Key");
+                params.push(key_param.clone());
+            }
+            let responses = op["responses"].as_object_mut().expect("responses");
+            responses.insert(
+                "401".into(),
+                error_response(
+                    "`unauthorized`: no valid `Authorization: Bearer <token>`",
+                    json!({"WWW-Authenticate": {
+                        "required": true,
+                        "schema": {"type": "string", "enum": ["Bearer"]},
+                    }}),
+                ),
+            );
+            responses.insert(
+                "429".into(),
+                error_response(
+                    "`too_many_auth_failures`: too many failed authentications from this client address",
+                    retry_after("authenticating again"),
+                ),
+            );
+            if uses_store {
+                responses.insert(
+                    "503".into(),
+                    error_response(
+                        "`store_unavailable`: the store cannot be reached; retry later",
+                        retry_after("retrying"),
+                    ),
+                );
+            }
+        }
+    }
+
+    // The replay body is optional (empty means "every destination"), but `null` is not one.
+    let replay = &mut doc["paths"]["/admin/v1/events/{id}/replay"]["post"]["requestBody"];
+    replay["required"] = Value::Bool(false);
+    replay["content"]["application/json"]["schema"] =
+        json!({"$ref": "#/components/schemas/ReplayRequest"});
+
+    // The raw body is bytes, sent as a download (utoipa would call `Vec<u8>` an array).
+    let raw = &mut doc["paths"]["/admin/v1/events/{id}/raw"]["get"]["responses"]["200"];
+    raw["content"]["application/octet-stream"]["schema"] =
+        json!({"type": "string", "format": "binary"});
+    raw["headers"]["Content-Disposition"]["required"] = Value::Bool(true);
+
+    let path_of = |doc: &Value, id: &str| -> Option<(String, String)> {
+        doc["paths"].as_object()?.iter().find_map(|(path, item)| {
+            item.as_object()?
+                .iter()
+                .find(|(_, op)| op["operationId"] == id)
+                .map(|(method, _)| (path.clone(), method.clone()))
+        })
+    };
+    for (from, status, to, param, value) in LINKS {
+        let (path, method) = path_of(&doc, from).expect("a linked operation exists");
+        assert!(path_of(&doc, to).is_some(), "{to} exists");
+        doc["paths"][&path][&method]["responses"][status]["links"][to] =
+            json!({"operationId": to, "parameters": {param: value}});
+    }
+    doc
+}
+
 #[utoipa::path(get, path = "/admin/v1/openapi.json", tag = "meta",
-    responses((status = 200, description = "This document")),
+    responses((status = 200, description = "This document", content_type = "application/json", body = Object)),
     security(("bearer" = [])))]
 pub async fn openapi_json(_tenant: Tenant) -> HttpResponse {
-    HttpResponse::Ok().json(AdminApi::openapi())
+    HttpResponse::Ok().json(document())
 }
