@@ -10,7 +10,8 @@ mod idempotency;
 mod openapi;
 pub(crate) mod views;
 
-use actix_web::web;
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
 
 pub use auth::{authenticate, Tenant};
 pub use error::AdminError;
@@ -24,24 +25,38 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::QueryConfig::default()
                     .error_handler(|e, _| AdminError::BadRequest(format!("query: {e}")).into()),
             )
-            .route("/events", web::get().to(events::list_events))
-            .route("/events/{id}", web::get().to(events::get_event))
-            .route("/events/{id}/raw", web::get().to(events::raw_event))
-            .route("/events/{id}/replay", web::post().to(events::replay_event))
-            .route("/replay", web::post().to(events::bulk_replay))
-            .route("/dead-letters", web::get().to(dead_letters::list))
-            .route(
-                "/dead-letters/retry",
-                web::post().to(dead_letters::bulk_retry),
+            .service(resource("/events", "GET").route(web::get().to(events::list_events)))
+            .service(resource("/events/{id}", "GET").route(web::get().to(events::get_event)))
+            .service(resource("/events/{id}/raw", "GET").route(web::get().to(events::raw_event)))
+            .service(
+                resource("/events/{id}/replay", "POST").route(web::post().to(events::replay_event)),
             )
-            .route(
-                "/dead-letters/{job_id}/retry",
-                web::post().to(dead_letters::retry),
+            .service(resource("/replay", "POST").route(web::post().to(events::bulk_replay)))
+            .service(resource("/dead-letters", "GET").route(web::get().to(dead_letters::list)))
+            .service(
+                resource("/dead-letters/retry", "POST")
+                    .route(web::post().to(dead_letters::bulk_retry)),
             )
-            .route(
-                "/dead-letters/{job_id}",
-                web::delete().to(dead_letters::discard),
+            .service(
+                resource("/dead-letters/{job_id}/retry", "POST")
+                    .route(web::post().to(dead_letters::retry)),
             )
-            .route("/openapi.json", web::get().to(openapi::openapi_json)),
+            .service(
+                resource("/dead-letters/{job_id}", "DELETE")
+                    .route(web::delete().to(dead_letters::discard)),
+            )
+            .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );
+}
+
+/// A route whose other methods answer 405 with `Allow` (RFC 9110), not the app's 404.
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        HttpResponse::MethodNotAllowed()
+            .insert_header((header::ALLOW, allow))
+            .json(serde_json::json!({"error": {
+                "code": "method_not_allowed",
+                "message": format!("this path allows {allow} only"),
+            }}))
+    }))
 }

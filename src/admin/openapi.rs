@@ -53,8 +53,9 @@ impl Modify for BearerAuth {
 }
 
 /// Every `error.code` the admin API answers with (`AdminError::code`, the router's
-/// `not_found`, and the authentication limiter's `too_many_auth_failures`).
-pub const ERROR_CODES: [&str; 9] = [
+/// `not_found`, a method a path does not allow, and the authentication limiter's
+/// `too_many_auth_failures`).
+pub const ERROR_CODES: [&str; 10] = [
     "bad_request",
     "unauthorized",
     "not_found",
@@ -64,6 +65,7 @@ pub const ERROR_CODES: [&str; 9] = [
     "idempotency_key_reused",
     "too_many_auth_failures",
     "store_unavailable",
+    "method_not_allowed",
 ];
 
 /// The bulk endpoints' filters, of which a request must give at least one (non-null).
