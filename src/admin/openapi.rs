@@ -297,3 +297,255 @@ pub fn document() -> Value {
 pub async fn openapi_json(_tenant: Tenant) -> HttpResponse {
     HttpResponse::Ok().json(document())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::error::AdminError;
+    use crate::admin::idempotency::valid_key;
+    use crate::queue::JobStatus;
+
+    fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+        let mut ops = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                ops.push((method.clone(), path.clone(), op.clone()));
+            }
+        }
+        assert_eq!(ops.len(), 10);
+        ops
+    }
+
+    fn param<'a>(op: &'a Value, name: &str) -> &'a Value {
+        op["parameters"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+            .unwrap_or_else(|| panic!("no parameter {name} in {op}"))
+    }
+
+    #[test]
+    fn every_operation_documents_authentication_errors_and_content_types() {
+        let doc = document();
+        assert_eq!(doc["security"], json!([{"bearer": []}]));
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"],
+            json!({"type": "http", "scheme": "bearer"})
+        );
+        for (method, path, op) in operations(&doc) {
+            let label = format!("{method} {path}");
+            assert_eq!(op["security"], json!([{"bearer": []}]), "{label}");
+            let responses = op["responses"].as_object().unwrap();
+            assert_eq!(
+                responses["401"]["headers"]["WWW-Authenticate"]["required"], true,
+                "{label}"
+            );
+            for (status, header) in [("429", "Retry-After"), ("503", "Retry-After")] {
+                if status == "503" && path.ends_with("/openapi.json") {
+                    assert!(
+                        !responses.contains_key("503"),
+                        "{label} never uses the store"
+                    );
+                    continue;
+                }
+                assert_eq!(
+                    responses[status]["headers"][header]["required"], true,
+                    "{label} {status}"
+                );
+            }
+            for (status, response) in responses {
+                let content = response["content"].as_object();
+                assert!(content.is_some_and(|c| c.len() == 1), "{label} {status}");
+                if status.starts_with('4') || status.starts_with('5') {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody",
+                        "{label} {status}"
+                    );
+                }
+            }
+            if method == "post" {
+                for status in ["400", "409", "422"] {
+                    assert!(responses.contains_key(status), "{label} {status}");
+                }
+                // Saved answers can come back replayed; 401, 429, 503 and a malformed key's
+                // 400 never are saved.
+                for (status, response) in responses {
+                    if status.starts_with('2') || ["404", "409", "422"].contains(&status.as_str()) {
+                        let header = &response["headers"]["Idempotent-Replayed"];
+                        assert_eq!(
+                            header["schema"]["enum"],
+                            json!(["true"]),
+                            "{label} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        let raw = &doc["paths"]["/admin/v1/events/{id}/raw"]["get"]["responses"]["200"];
+        assert_eq!(
+            raw["content"]["application/octet-stream"]["schema"],
+            json!({"type": "string", "format": "binary"})
+        );
+        assert!(raw["headers"]["Hookgate-Original-Content-Type"].is_object());
+    }
+
+    #[test]
+    fn the_error_schema_names_every_code() {
+        let doc = document();
+        let schema = &doc["components"]["schemas"];
+        assert_eq!(
+            schema["ErrorBody"]["required"],
+            json!(["error"]),
+            "{}",
+            schema["ErrorBody"]
+        );
+        assert_eq!(
+            schema["ErrorDetail"]["required"],
+            json!(["code", "message"])
+        );
+        let codes = &schema["ErrorDetail"]["properties"]["code"]["enum"];
+        // A new AdminError variant fails to compile here until its code is listed.
+        let sample = |e: &AdminError| match e {
+            AdminError::Unauthorized
+            | AdminError::NotFound(_)
+            | AdminError::BadRequest(_)
+            | AdminError::Unprocessable(_)
+            | AdminError::IdempotencyKeyReused
+            | AdminError::IdempotencyInProgress
+            | AdminError::Conflict(_)
+            | AdminError::Store(_) => e.code(),
+        };
+        let errors = [
+            AdminError::Unauthorized,
+            AdminError::NotFound("event"),
+            AdminError::BadRequest(String::new()),
+            AdminError::Unprocessable(String::new()),
+            AdminError::IdempotencyKeyReused,
+            AdminError::IdempotencyInProgress,
+            AdminError::Conflict(String::new()),
+            AdminError::Store(crate::store::StoreError::Corrupt(String::new())),
+        ];
+        for error in &errors {
+            assert!(
+                codes.as_array().unwrap().contains(&json!(sample(error))),
+                "{}",
+                error.code()
+            );
+        }
+    }
+
+    #[test]
+    fn limit_is_1_to_500_and_status_is_one_the_server_parses() {
+        let doc = document();
+        for path in ["/admin/v1/events", "/admin/v1/dead-letters"] {
+            let limit = &param(&doc["paths"][path]["get"], "limit")["schema"];
+            assert_eq!(
+                (&limit["type"], &limit["minimum"], &limit["maximum"]),
+                (&json!("integer"), &json!(1), &json!(500)),
+                "{path}"
+            );
+            assert_eq!(limit["default"], 50, "{path}");
+        }
+        for n in [0, 1, 500, 501] {
+            let accepted = crate::admin::cursor::limit(Some(n)).is_ok();
+            assert_eq!(accepted, (1..=500).contains(&n), "{n}");
+        }
+        let status = &param(&doc["paths"]["/admin/v1/events"]["get"], "status")["schema"];
+        let names: Vec<&str> = status["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), 4);
+        for name in names {
+            assert_eq!(JobStatus::parse(name).map(JobStatus::as_str), Some(name));
+        }
+    }
+
+    #[test]
+    fn every_post_takes_an_idempotency_key_of_the_validated_format() {
+        let doc = document();
+        let posts: Vec<_> = operations(&doc)
+            .into_iter()
+            .filter(|(m, _, _)| m == "post")
+            .collect();
+        assert_eq!(posts.len(), 4);
+        for (_, path, op) in posts {
+            let key = param(&op, "Idempotency-Key");
+            assert_eq!(key["in"], "header", "{path}");
+            assert_eq!(key["required"], false, "{path}");
+            assert_eq!(
+                key["schema"],
+                json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": KEY_PATTERN}),
+                "{path}"
+            );
+        }
+        // The pattern and the server's check agree, character class and length alike.
+        assert_eq!(KEY_PATTERN, "^[!-~]{1,255}$");
+        for b in 0u8..=255 {
+            let c = char::from(b);
+            assert_eq!(valid_key(&c.to_string()), ('!'..='~').contains(&c), "{b}");
+        }
+        assert!(valid_key(&"~".repeat(255)) && !valid_key(&"~".repeat(256)));
+    }
+
+    #[test]
+    fn the_bulk_endpoints_require_one_filter() {
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+        for (name, non_filters) in [
+            ("BulkReplayRequest", &["dry_run"][..]),
+            ("BulkRetryRequest", &[][..]),
+        ] {
+            let schema = &schemas[name];
+            assert_eq!(schema["additionalProperties"], false, "{name}");
+            let mut filters: Vec<&String> = schema["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| !non_filters.contains(&k.as_str()))
+                .collect();
+            filters.sort();
+            let mut any_of: Vec<&String> = Vec::new();
+            for branch in schema["anyOf"].as_array().unwrap() {
+                let required = branch["required"].as_array().unwrap();
+                assert_eq!(required.len(), 1, "{name}: {branch}");
+                let field = required[0].as_str().unwrap();
+                assert_eq!(branch["properties"][field]["type"], "string", "non-null");
+                any_of.push(filters.iter().copied().find(|f| *f == field).unwrap());
+            }
+            any_of.sort();
+            assert_eq!(any_of, filters, "{name}");
+        }
+        let replay = &doc["paths"]["/admin/v1/events/{id}/replay"]["post"]["requestBody"];
+        assert_eq!(replay["required"], false);
+        assert_eq!(
+            replay["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ReplayRequest"
+        );
+    }
+
+    #[test]
+    fn links_name_operations_and_parameters_that_exist() {
+        let doc = document();
+        let ops = operations(&doc);
+        let mut links = 0;
+        for (_, _, op) in &ops {
+            for response in op["responses"].as_object().unwrap().values() {
+                for link in response["links"].as_object().into_iter().flatten() {
+                    let (_, target) = link.1["operationId"]
+                        .as_str()
+                        .and_then(|id| ops.iter().find(|(_, _, o)| o["operationId"] == id))
+                        .map(|(_, p, o)| (p, o))
+                        .unwrap_or_else(|| panic!("{link:?}"));
+                    for name in link.1["parameters"].as_object().unwrap().keys() {
+                        param(target, name);
+                    }
+                    links += 1;
+                }
+            }
+        }
+        assert_eq!(links, LINKS.len());
+    }
+}
