@@ -10,8 +10,13 @@ mod idempotency;
 mod openapi;
 pub(crate) mod views;
 
-use actix_web::http::header;
+use actix_web::dev::ServiceResponse;
+use actix_web::http::{header, StatusCode};
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{web, HttpResponse};
+
+/// The largest admin request body: far above any real one (filters, a list of destinations).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 pub use auth::{authenticate, Tenant};
 pub use error::AdminError;
@@ -21,6 +26,8 @@ pub use openapi::{document as openapi_document, AdminApi};
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/admin/v1")
+            .wrap(ErrorHandlers::new().handler(StatusCode::PAYLOAD_TOO_LARGE, payload_too_large))
+            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .app_data(
                 web::QueryConfig::default()
                     .error_handler(|e, _| AdminError::BadRequest(format!("query: {e}")).into()),
@@ -47,6 +54,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             )
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );
+}
+
+/// The body extractor's 413 in the admin API's error format, not actix's plain text.
+fn payload_too_large<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let (request, _) = res.into_parts();
+    let response = HttpResponse::PayloadTooLarge().json(serde_json::json!({"error": {
+        "code": "payload_too_large",
+        "message": format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    }}));
+    Ok(ErrorHandlerResponse::Response(
+        ServiceResponse::new(request, response).map_into_right_body(),
+    ))
 }
 
 /// A route whose other methods answer 405 with `Allow` (RFC 9110), not the app's 404.

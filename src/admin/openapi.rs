@@ -1,7 +1,7 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the view types,
 //! then completed by [`document`] with what holds for many operations at once (so each fact
 //! is stated in one place): authentication (401, 429), the store (503), Idempotency-Key on
-//! every POST (its format, 400, 409, 422, `Idempotent-Replayed`), the bulk endpoints'
+//! every POST (its format, 400, 409, 422, `Idempotent-Replayed`; and 413), the bulk endpoints'
 //! at-least-one-filter rule, and links between operations. Each handler's own attribute
 //! lists the statuses only it answers.
 
@@ -12,6 +12,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
+use super::MAX_BODY_BYTES;
 use super::{dead_letters, events, views};
 
 #[derive(OpenApi)]
@@ -53,9 +54,9 @@ impl Modify for BearerAuth {
 }
 
 /// Every `error.code` the admin API answers with (`AdminError::code`, the router's
-/// `not_found`, a method a path does not allow, and the authentication limiter's
-/// `too_many_auth_failures`).
-pub const ERROR_CODES: [&str; 10] = [
+/// `not_found`, a method a path does not allow, a body over the limit, and the
+/// authentication limiter's `too_many_auth_failures`).
+pub const ERROR_CODES: [&str; 11] = [
     "bad_request",
     "unauthorized",
     "not_found",
@@ -66,6 +67,7 @@ pub const ERROR_CODES: [&str; 10] = [
     "too_many_auth_failures",
     "store_unavailable",
     "method_not_allowed",
+    "payload_too_large",
 ];
 
 /// The bulk endpoints' filters, of which a request must give at least one (non-null).
@@ -188,7 +190,7 @@ pub fn document() -> Value {
             if method == "post" {
                 let responses = op["responses"].as_object_mut().expect("responses");
                 // Responses given inside the action are saved and may come back replayed;
-                // 401, 429 and 503 never are.
+                // 401, 413, 429 and 503 (added below or after) never are.
                 for response in responses.values_mut() {
                     let headers = response
                         .as_object_mut()
@@ -221,6 +223,15 @@ pub fn document() -> Value {
                         replayable,
                     ),
                     "`idempotency_key_reused`: this Idempotency-Key was used for a different request",
+                );
+                add_response(
+                    responses,
+                    "413",
+                    error_response(
+                        &format!("`payload_too_large`: a body over {MAX_BODY_BYTES} bytes"),
+                        json!({}),
+                    ),
+                    "a body over the limit",
                 );
                 let params = op
                     .as_object_mut()
@@ -364,11 +375,11 @@ mod tests {
                 }
             }
             if method == "post" {
-                for status in ["400", "409", "422"] {
+                for status in ["400", "409", "413", "422"] {
                     assert!(responses.contains_key(status), "{label} {status}");
                 }
-                // Saved answers can come back replayed; 401, 429, 503 and a malformed key's
-                // 400 never are saved.
+                // Saved answers can come back replayed; 401, 413, 429, 503 and a malformed
+                // key's 400 never are saved.
                 for (status, response) in responses {
                     if status.starts_with('2') || ["404", "409", "422"].contains(&status.as_str()) {
                         let header = &response["headers"]["Idempotent-Replayed"];

@@ -633,6 +633,14 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 200);
+    let huge = format!(
+        r#"{{"source":"{}"}}"#,
+        "x".repeat(hookgate::admin::MAX_BODY_BYTES)
+    );
+    let r = app
+        .admin(Method::POST, ACME_TOKEN, "/replay", Some(&huge), None)
+        .await;
+    assert_eq!(error_code(r).await, (413, "payload_too_large".into()));
     for (limit, status) in [(0, 400), (1, 200), (500, 200), (501, 400)] {
         for list in ["/events", "/dead-letters"] {
             let r = app
