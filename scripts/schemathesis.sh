@@ -6,7 +6,7 @@
 #
 #   bash scripts/schemathesis.sh
 #
-# Environment: SCHEMATHESIS_MAX_EXAMPLES (default 40 per operation and phase),
+# Environment: SCHEMATHESIS_MAX_EXAMPLES (default 100 per operation and phase),
 # SCHEMATHESIS_SEED (default fixed, so a CI run is reproducible; "random" for a new one).
 # Needs python3 (the venv module is installed with apt-get when missing) and cargo; installs
 # schemathesis from PyPI into target/schemathesis-venv on first use.
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 ST_VERSION=4.32.5
 VENV=target/schemathesis-venv
-MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-40}
+MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-100}
 SEED=${SCHEMATHESIS_SEED:-20261206}
 started=$SECONDS
 
