@@ -108,10 +108,18 @@ for event in invoice.paid invoice.payment_failed customer.created; do
   target/debug/hookgate send --config "$work/hookgate.toml" --source stripe --event "$event" \
     --url "$base" >/dev/null
 done
-for _ in $(seq 1 40); do
-  curl -fsS -H "Authorization: Bearer $token" "$base/admin/v1/dead-letters" | grep -q '"id"' && break
+admin_get() { curl -fsS -H "Authorization: Bearer $token" "$base/admin/v1/$1"; }
+count() { python3 -c 'import json, sys; print(len(json.load(sys.stdin)["data"]))'; }
+for _ in $(seq 1 60); do
+  [ "$(admin_get dead-letters | count)" -ge 3 ] && break
   sleep 0.5
 done
+[ "$(admin_get dead-letters | count)" -ge 3 ] || { log "the events did not become dead letters"; exit 1; }
+
+# A cursor each list returned (after its first item), for the lists' `cursor` parameter.
+next_cursor() { admin_get "$1?limit=1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["next_cursor"])'; }
+events_cursor=$(next_cursor events)
+dead_letters_cursor=$(next_cursor dead-letters)
 
 # --- schemathesis ---------------------------------------------------------------------------
 # The document itself needs the token too; it is fetched here, and the run goes to $base.
@@ -120,7 +128,8 @@ seed_args=(--seed "$SEED")
 [ "$SEED" = random ] && seed_args=()
 mkdir -p target/schemathesis-report
 status=0
-HOOKGATE_ST_TOKEN=$token "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
+HOOKGATE_ST_TOKEN=$token HOOKGATE_ST_EVENTS_CURSOR=$events_cursor \
+  HOOKGATE_ST_DEAD_LETTERS_CURSOR=$dead_letters_cursor "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
   run "$work/openapi.json" --url "$base" \
   --max-examples "$MAX_EXAMPLES" \
   "${seed_args[@]}" \
