@@ -196,6 +196,7 @@ pub struct ErrorBody {
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"destinations": ["billing"]}))]
 pub struct ReplayRequest {
     /// Default: every destination of the event's source. Each must be one of the source's
     /// destinations (else 422); a name listed twice is replayed to once.
@@ -238,6 +239,7 @@ pub struct EventsQuery {
 /// Give at least one filter (the document's `anyOf` says so; the server answers 400).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"source": "stripe", "status": "failed", "dry_run": true}))]
 pub struct BulkReplayRequest {
     pub source: Option<String>,
     pub event_type: Option<String>,
@@ -269,6 +271,7 @@ pub struct DeadLettersQuery {
 /// 400).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"destination": "billing"}))]
 pub struct BulkRetryRequest {
     pub destination: Option<String>,
     pub source: Option<String>,
