@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Tests the admin API against its own OpenAPI document with schemathesis: builds the gateway,
-# starts it on SQLite on a free port with an admin token made here, stores a few events (some
-# of which become dead letters), runs every schemathesis check against
+# starts it on SQLite on a free port with an admin token made here, stores a few events (which
+# become dead letters), runs every schemathesis check against
 # /admin/v1/openapi.json, stops the gateway, and exits non-zero on any failure.
 #
 #   bash scripts/schemathesis.sh
 #
 # Environment: SCHEMATHESIS_MAX_EXAMPLES (default 100 per operation and phase),
 # SCHEMATHESIS_SEED (default fixed, so a CI run is reproducible; "random" for a new one).
-# Needs python3 (the venv module is installed with apt-get when missing) and cargo; installs
-# schemathesis from PyPI into target/schemathesis-venv on first use.
+# Needs python3 (its venv module is installed with apt-get when missing) and cargo, not curl;
+# installs schemathesis from PyPI into target/schemathesis-venv on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -91,16 +91,28 @@ tenant = "acme"
 destinations = ["billing"]
 EOF
 
+# GET with an optional bearer token; fails on a non-2xx answer (no curl on a fresh machine).
+http_get() {
+  python3 - "$@" <<'PY'
+import sys, urllib.request
+request = urllib.request.Request(sys.argv[1])
+if len(sys.argv) > 2:
+    request.add_header("Authorization", "Bearer " + sys.argv[2])
+with urllib.request.urlopen(request, timeout=10) as response:
+    sys.stdout.buffer.write(response.read())
+PY
+}
+
 log "starting the gateway on $base"
 RUST_LOG=${RUST_LOG:-warn} target/debug/hookgate serve --config "$work/hookgate.toml" \
   >"$work/gateway.log" 2>&1 &
 gateway_pid=$!
 for _ in $(seq 1 120); do
-  curl -fsS "$base/readyz" >/dev/null 2>&1 && break
+  http_get "$base/readyz" >/dev/null 2>&1 && break
   kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.log" >&2; log "the gateway exited"; exit 1; }
   sleep 0.5
 done
-curl -fsS "$base/readyz" >/dev/null || { cat "$work/gateway.log" >&2; log "the gateway is not ready"; exit 1; }
+http_get "$base/readyz" >/dev/null || { cat "$work/gateway.log" >&2; log "the gateway is not ready"; exit 1; }
 
 # A few events, so that lists have items and links lead to real ones; they fail to deliver
 # and become dead letters.
@@ -108,7 +120,7 @@ for event in invoice.paid invoice.payment_failed customer.created; do
   target/debug/hookgate send --config "$work/hookgate.toml" --source stripe --event "$event" \
     --url "$base" >/dev/null
 done
-admin_get() { curl -fsS -H "Authorization: Bearer $token" "$base/admin/v1/$1"; }
+admin_get() { http_get "$base/admin/v1/$1" "$token"; }
 count() { python3 -c 'import json, sys; print(len(json.load(sys.stdin)["data"]))'; }
 for _ in $(seq 1 60); do
   [ "$(admin_get dead-letters | count)" -ge 3 ] && break
@@ -123,7 +135,7 @@ dead_letters_cursor=$(next_cursor dead-letters)
 
 # --- schemathesis ---------------------------------------------------------------------------
 # The document itself needs the token too; it is fetched here, and the run goes to $base.
-curl -fsS -H "Authorization: Bearer $token" "$base/admin/v1/openapi.json" -o "$work/openapi.json"
+admin_get openapi.json >"$work/openapi.json"
 seed_args=(--seed "$SEED")
 [ "$SEED" = random ] && seed_args=()
 mkdir -p target/schemathesis-report
