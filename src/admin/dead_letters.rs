@@ -44,9 +44,10 @@ pub(crate) fn not_a_dead_letter(j: &JobWithEvent) -> AdminError {
     ))
 }
 
-#[utoipa::path(get, path = "/admin/v1/dead-letters", tag = "dead-letters",
+#[utoipa::path(get, path = "/admin/v1/dead-letters", tag = "dead-letters", operation_id = "list_dead_letters",
     params(DeadLettersQuery),
-    responses((status = 200, body = DeadLetterPage), (status = 401, body = super::views::ErrorBody)),
+    responses((status = 200, description = "A page of dead letters, most recently failed first", body = DeadLetterPage),
+        (status = 400, description = "`bad_request`: a bad limit or cursor, or an unknown parameter", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
     state: web::Data<AppState>,
@@ -113,11 +114,12 @@ pub(crate) async fn retry_matching(
     }
 }
 
-#[utoipa::path(post, path = "/admin/v1/dead-letters/{job_id}/retry", tag = "dead-letters",
+#[utoipa::path(post, path = "/admin/v1/dead-letters/{job_id}/retry", tag = "dead-letters", operation_id = "retry_dead_letter",
     params(("job_id" = String, Path, description = "job id"),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once")),
-    responses((status = 202, body = JobView), (status = 404, body = super::views::ErrorBody),
-        (status = 409, body = super::views::ErrorBody)),
+    responses((status = 202, description = "Pending again, due now", body = JobView),
+        (status = 404, description = "`not_found`: no such job in this tenant", body = super::views::ErrorBody),
+        (status = 409, description = "`conflict`: the job is not a dead letter", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn retry(
     state: web::Data<AppState>,
@@ -155,10 +157,11 @@ pub async fn retry(
     .await
 }
 
-#[utoipa::path(post, path = "/admin/v1/dead-letters/retry", tag = "dead-letters",
+#[utoipa::path(post, path = "/admin/v1/dead-letters/retry", tag = "dead-letters", operation_id = "bulk_retry_dead_letters",
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once")),
     request_body = BulkRetryRequest,
-    responses((status = 202, body = RetriedReply), (status = 400, body = super::views::ErrorBody)),
+    responses((status = 202, description = "Retried", body = RetriedReply),
+        (status = 400, description = "`bad_request`: no filter, or not a BulkRetryRequest", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn bulk_retry(
     state: web::Data<AppState>,
@@ -197,10 +200,11 @@ pub async fn bulk_retry(
     .await
 }
 
-#[utoipa::path(delete, path = "/admin/v1/dead-letters/{job_id}", tag = "dead-letters",
+#[utoipa::path(delete, path = "/admin/v1/dead-letters/{job_id}", tag = "dead-letters", operation_id = "discard_dead_letter",
     params(("job_id" = String, Path, description = "job id")),
     responses((status = 200, description = "Discarded: kept in history, out of the list", body = JobView),
-        (status = 404, body = super::views::ErrorBody), (status = 409, body = super::views::ErrorBody)),
+        (status = 404, description = "`not_found`: no such job in this tenant", body = super::views::ErrorBody),
+        (status = 409, description = "`conflict`: the job is not a dead letter", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn discard(
     state: web::Data<AppState>,

@@ -50,8 +50,8 @@ pub(crate) async fn event_in_tenant(
 }
 
 #[utoipa::path(get, path = "/admin/v1/events", tag = "events", params(EventsQuery),
-    responses((status = 200, body = EventPage), (status = 400, body = super::views::ErrorBody),
-        (status = 401, body = super::views::ErrorBody)),
+    responses((status = 200, description = "A page of events, newest first", body = EventPage),
+        (status = 400, description = "`bad_request`: a bad limit, cursor, status or date, or an unknown parameter", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_events(
     state: web::Data<AppState>,
@@ -83,7 +83,8 @@ pub async fn list_events(
 
 #[utoipa::path(get, path = "/admin/v1/events/{id}", tag = "events",
     params(("id" = String, Path, description = "hookgate event id")),
-    responses((status = 200, body = EventDetail), (status = 404, body = super::views::ErrorBody)),
+    responses((status = 200, description = "The event, its jobs and their attempts", body = EventDetail),
+        (status = 404, description = "`not_found`: no such event in this tenant", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_event(
     state: web::Data<AppState>,
@@ -110,10 +111,11 @@ pub(crate) async fn event_detail(
 
 #[utoipa::path(get, path = "/admin/v1/events/{id}/raw", tag = "events",
     params(("id" = String, Path, description = "hookgate event id")),
-    responses((status = 200, description = "The exact stored body as a download; its original \
-        Content-Type is in the `Hookgate-Original-Content-Type` header",
-        content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 404, body = super::views::ErrorBody)),
+    responses((status = 200, description = "The exact stored body bytes, as a download",
+        content_type = "application/octet-stream", body = Vec<u8>,
+        headers(("Content-Disposition" = String, description = "`attachment`, with a file name"),
+            ("Hookgate-Original-Content-Type" = String, description = "The Content-Type the event arrived with, when it had one"))),
+        (status = 404, description = "`not_found`: no such event in this tenant", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn raw_event(
     state: web::Data<AppState>,
@@ -193,9 +195,11 @@ pub(crate) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob
 #[utoipa::path(post, path = "/admin/v1/events/{id}/replay", tag = "events",
     params(("id" = String, Path, description = "hookgate event id"),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once")),
-    request_body(content = Option<ReplayRequest>, description = "Default: all of the source's destinations"),
-    responses((status = 202, body = JobsReply), (status = 404, body = super::views::ErrorBody),
-        (status = 409, body = super::views::ErrorBody), (status = 422, body = super::views::ErrorBody)),
+    request_body(content = Option<ReplayRequest>, description = "Optional; without it, every destination of the event's source"),
+    responses((status = 202, description = "One new pending job per destination", body = JobsReply),
+        (status = 400, description = "`bad_request`: the body is not a ReplayRequest", body = super::views::ErrorBody),
+        (status = 404, description = "`not_found`: no such event in this tenant", body = super::views::ErrorBody),
+        (status = 422, description = "`unprocessable`: a destination the source does not route to, or a source without destinations", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn replay_event(
     state: web::Data<AppState>,
@@ -245,8 +249,9 @@ pub async fn replay_event(
 #[utoipa::path(post, path = "/admin/v1/replay", tag = "events",
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once, resuming an interrupted run")),
     request_body = BulkReplayRequest,
-    responses((status = 202, body = ReplayedReply), (status = 200, body = DryRunReply),
-        (status = 400, body = super::views::ErrorBody)),
+    responses((status = 202, description = "Replayed", body = ReplayedReply),
+        (status = 200, description = "`dry_run`: what would be replayed", body = DryRunReply),
+        (status = 400, description = "`bad_request`: no filter, a bad status or date, or not a BulkReplayRequest", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn bulk_replay(
     state: web::Data<AppState>,

@@ -93,6 +93,15 @@ impl PausePoint {
 
 pub type SharedPause = Arc<PausePoint>;
 
+/// The Idempotency-Key format, as the OpenAPI document states it: 1 to 255 visible ASCII
+/// characters (RFC 5234 VCHAR, `!` to `~`; no spaces).
+pub const KEY_PATTERN: &str = "^[!-~]{1,255}$";
+
+/// Whether `key` is a well-formed Idempotency-Key (see [`KEY_PATTERN`]).
+pub fn valid_key(key: &str) -> bool {
+    (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Runs `action` under the request's Idempotency-Key, if it has one.
 pub async fn idempotent<F, Fut>(
     state: &AppState,
@@ -112,7 +121,7 @@ where
     let key = header
         .to_str()
         .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .filter(|k| valid_key(k))
         .ok_or_else(|| {
             AdminError::BadRequest("Idempotency-Key must be 1 to 255 visible characters".into())
         })?
@@ -182,6 +191,23 @@ where
                 .idempotency_save(&idem.save(status, &e.body_bytes()), Utc::now())
                 .await?;
             Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_1_to_255_visible_ascii_characters() {
+        assert!(valid_key("a"));
+        assert!(valid_key("01J5-retry_7:~!"));
+        assert!(valid_key(&"k".repeat(255)));
+        assert!(!valid_key(""));
+        assert!(!valid_key(&"k".repeat(256)));
+        for bad in ["two words", "tab\there", "caf\u{e9}", "nul\0"] {
+            assert!(!valid_key(bad), "{bad:?}");
         }
     }
 }

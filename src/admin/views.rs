@@ -202,9 +202,22 @@ pub struct ErrorBody {
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"destinations": ["billing"]}))]
 pub struct ReplayRequest {
-    /// Default: every destination of the event's source.
+    /// Default: every destination of the event's source. Each must be one of the source's
+    /// destinations (else 422); a name listed twice is replayed to once.
     pub destinations: Option<Vec<String>>,
+}
+
+/// A job status, as the `status` filters take it (the server answers 400 for any other).
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // a type for the document only: the handlers parse with `JobStatus::parse`
+pub enum StatusFilter {
+    Pending,
+    InProgress,
+    Succeeded,
+    Failed,
 }
 
 /// Event filters shared by the list and the bulk replay.
@@ -216,22 +229,29 @@ pub struct EventsQuery {
     pub event_type: Option<String>,
     pub provider_event_id: Option<String>,
     /// Events with at least one job in this status.
+    #[param(inline, value_type = Option<StatusFilter>)]
     pub status: Option<String>,
     /// RFC 3339; inclusive.
     pub received_from: Option<DateTime<Utc>>,
     /// RFC 3339; exclusive.
     pub received_to: Option<DateTime<Utc>>,
-    /// 1 to 500, default 50.
+    /// Page size: 1 to 500, default 50.
+    #[param(minimum = 1, maximum = 500, default = 50)]
     pub limit: Option<i64>,
+    /// Opaque: a `next_cursor` this API returned (anything else answers 400).
     pub cursor: Option<String>,
 }
 
+/// Give at least one filter (the document's `anyOf` says so; the server answers 400).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"source": "stripe", "status": "failed", "dry_run": true}))]
 pub struct BulkReplayRequest {
     pub source: Option<String>,
     pub event_type: Option<String>,
     pub provider_event_id: Option<String>,
+    /// Events with at least one job in this status.
+    #[schema(inline, value_type = Option<StatusFilter>)]
     pub status: Option<String>,
     pub received_from: Option<DateTime<Utc>>,
     pub received_to: Option<DateTime<Utc>>,
@@ -246,12 +266,18 @@ pub struct BulkReplayRequest {
 pub struct DeadLettersQuery {
     pub destination: Option<String>,
     pub source: Option<String>,
+    /// Page size: 1 to 500, default 50.
+    #[param(minimum = 1, maximum = 500, default = 50)]
     pub limit: Option<i64>,
+    /// Opaque: a `next_cursor` this API returned (anything else answers 400).
     pub cursor: Option<String>,
 }
 
+/// Give `destination`, `source` or both (the document's `anyOf` says so; the server answers
+/// 400).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"destination": "billing"}))]
 pub struct BulkRetryRequest {
     pub destination: Option<String>,
     pub source: Option<String>,

@@ -597,4 +597,68 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         );
     }
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    assert_eq!(doc, hookgate::admin::openapi_document(), "served as built");
+
+    // A method a documented path does not serve answers 405 with Allow, before any auth.
+    for (method, path, allow) in [
+        (Method::PUT, "/events", "GET"),
+        (Method::DELETE, "/replay", "POST"),
+        (Method::DELETE, "/dead-letters/retry", "POST"),
+        (Method::POST, &*format!("/dead-letters/{fake}"), "DELETE"),
+    ] {
+        let r = app.admin(method.clone(), "", path, None, None).await;
+        assert_eq!(r.headers()["allow"], allow, "{method} {path}");
+        assert_eq!(
+            error_code(r).await,
+            (405, "method_not_allowed".into()),
+            "{method} {path}"
+        );
+    }
+
+    // What the document says of Idempotency-Key and limit is what the server checks.
+    let too_long = "k".repeat(256);
+    for bad in ["two words", too_long.as_str()] {
+        let r = app
+            .admin(
+                Method::POST,
+                ACME_TOKEN,
+                "/replay",
+                Some(r#"{"source":"stripe","dry_run":true}"#),
+                Some(bad),
+            )
+            .await;
+        assert_eq!(error_code(r).await, (400, "bad_request".into()), "{bad:?}");
+    }
+    let r = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            "/replay",
+            Some(r#"{"source":"stripe","dry_run":true}"#),
+            Some("a-b_c:~!"),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let huge = format!(
+        r#"{{"source":"{}"}}"#,
+        "x".repeat(hookgate::admin::MAX_BODY_BYTES)
+    );
+    let r = app
+        .admin(Method::POST, ACME_TOKEN, "/replay", Some(&huge), None)
+        .await;
+    assert_eq!(error_code(r).await, (413, "payload_too_large".into()));
+    for (limit, status) in [(0, 400), (1, 200), (500, 200), (501, 400)] {
+        for list in ["/events", "/dead-letters"] {
+            let r = app
+                .admin(
+                    Method::GET,
+                    ACME_TOKEN,
+                    &format!("{list}?limit={limit}"),
+                    None,
+                    None,
+                )
+                .await;
+            assert_eq!(r.status(), status, "{list} limit {limit}");
+        }
+    }
 }
