@@ -6,11 +6,12 @@ use uuid::Uuid;
 
 /// A new time-ordered id (UUIDv7: milliseconds since the epoch, a 12-bit counter, then 62
 /// random bits). Ids made in this process sort in the order they were made, even within one
-/// millisecond: a job's attempts are listed by id, and two outcomes recorded in the same
-/// millisecond came out in either order. The counter is RFC 9562's fixed-length counter in
-/// `rand_a`; past 4,096 ids in one millisecond it carries into the next. Ids must be unique,
-/// not secret, so the random bits come from a fast per-thread generator instead of the OS
-/// (one system call per id, several per ingested event, was measurable).
+/// millisecond: a job's attempts are listed by id, and without the counter two outcomes
+/// recorded in the same millisecond could be listed in either order. The counter is RFC
+/// 9562's fixed-length counter in `rand_a`; past 4,096 ids in one millisecond it carries
+/// into the next. Ids must be unique, not secret, so the random bits come from a fast
+/// per-thread generator instead of the OS, which costs a system call per id, several per
+/// ingested event.
 pub fn time_ordered_uuid() -> Uuid {
     use std::sync::atomic::{AtomicU64, Ordering};
     /// The last id's milliseconds and counter, as `millis << 12 | counter`.

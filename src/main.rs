@@ -1,5 +1,6 @@
 /// The gateway allocates many small short-lived buffers per request on several threads;
-/// mimalloc serves them with less CPU than the system allocator (bench/RESULTS.md).
+/// mimalloc serves them with less CPU than the system allocator
+/// (docs/decisions/mimalloc-allocator.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

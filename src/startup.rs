@@ -164,7 +164,7 @@ impl Application {
 /// The runtime for everything but the HTTP workers (which actix runs on threads of their own,
 /// one per core): ingest writers, database connections, delivery workers. Half the cores, at
 /// least one, unless `TOKIO_WORKER_THREADS` says otherwise: on a small machine, more threads
-/// here mostly add hand-offs between threads (measured in bench/RESULTS.md).
+/// here mostly add hand-offs between threads (docs/decisions/background-runtime-threads.md).
 pub fn background_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {

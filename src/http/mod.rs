@@ -79,8 +79,8 @@ pub fn configure_probes(cfg: &mut web::ServiceConfig) {
 
 /// The ingest endpoint: served by the api role. Each configured source gets a route of its
 /// own: actix matches a literal path by comparing strings, while a `{source}` segment runs a
-/// regular expression on every request (a tenth of the gateway's instructions per webhook,
-/// measured with callgrind). The `{source}` route answers every other name. Any method but
+/// regular expression on every request (a tenth of the gateway's instructions per webhook;
+/// docs/decisions/per-source-literal-routes.md). The `{source}` route answers every other name. Any method but
 /// POST is answered 405 with `Allow: POST`.
 pub fn configure_ingest<'a>(cfg: &mut web::ServiceConfig, sources: impl Iterator<Item = &'a str>) {
     for name in sources {

@@ -292,7 +292,7 @@ mod tests {
 
     use super::*;
 
-    /// What the gateway did before: the whole document as a `Value`, then `pointer`.
+    /// The reference the walk must match: the whole document as a `Value`, then `pointer`.
     fn by_tree(body: &[u8], pointer: &str) -> Result<Option<Value>, ()> {
         let doc: Value = serde_json::from_slice(body).map_err(|_| ())?;
         Ok(doc.pointer(pointer).cloned())
