@@ -4,8 +4,7 @@
 //! docs/console.png (the README's picture) with `HOOKGATE_UPDATE_SCREENSHOT=1`, so that a
 //! test run leaves the checkout as it found it.
 
-#[path = "api/support/mod.rs"]
-mod support;
+use hookgate_testkit as support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -5,8 +5,8 @@
 //! HTTP client library refuses to send (CR/LF in values, smuggling framings, slow clients)
 //! are written byte for byte on a raw `TcpStream`.
 
-#[path = "api/support/mod.rs"]
-mod support;
+use hookgate_testkit as support;
+use hookgate_testkit::both_backends;
 
 use std::time::{Duration, Instant};
 

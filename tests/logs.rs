@@ -1,8 +1,7 @@
 //! No secret, token, signature or body reaches the logs, at any level: a full ingest,
 //! delivery and admin run is captured at TRACE and searched.
 
-#[path = "api/support/mod.rs"]
-mod support;
+use hookgate_testkit as support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
