@@ -4,9 +4,6 @@ use crate::common::*;
 
 both_backends!(admin_tokens_missing_foreign_or_one_byte_off,);
 
-// =======================================================================================
-// Admin tokens.
-
 async fn admin_tokens_missing_foreign_or_one_byte_off(backend: Backend) {
     // Every wrong token must be answered 401 here, not cut short by the limit on failed
     // authentications (api::hardening tests that limit).

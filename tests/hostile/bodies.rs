@@ -7,9 +7,6 @@ both_backends!(
     invalid_utf8_deep_json_and_duplicate_id_keys,
 );
 
-// =======================================================================================
-// Bodies over the limit.
-
 fn chunked_stream(body: &[u8], chunk: usize) -> reqwest::Body {
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         body.chunks(chunk).map(|c| Ok(c.to_vec())).collect();

@@ -8,9 +8,6 @@ both_backends!(
     timestamps_far_past_far_future_and_non_numeric,
 );
 
-// =======================================================================================
-// Empty values.
-
 async fn empty_values_are_refused(backend: Backend) {
     let app = spawn(backend).await;
     let ts = now().to_string();

@@ -7,9 +7,6 @@ both_backends!(
     header_injection_and_malformed_http,
 );
 
-// =======================================================================================
-// Unknown sources and path traversal.
-
 async fn unknown_sources_and_path_traversal(backend: Backend) {
     let app = spawn(backend).await;
     let unknown = (404, "unknown_source");

@@ -7,9 +7,6 @@ both_backends!(
     signature_encodings_whitespace_and_case,
 );
 
-// =======================================================================================
-// Tampered bodies and headers.
-
 async fn tampered_bodies_and_headers_are_refused(backend: Backend) {
     let app = spawn(backend).await;
     let invalid = (401, "invalid_signature");

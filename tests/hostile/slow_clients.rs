@@ -11,9 +11,6 @@ both_backends!(
     slow_chunked_body_is_answered_and_closed,
 );
 
-// =======================================================================================
-// Slow clients.
-
 async fn slowloris_app(backend: Backend) -> TestApp {
     spawn_with(backend, |s| s.server.request_timeout = "1s".into()).await
 }
