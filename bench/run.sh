@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite, in one command. Builds the gateway and the bench in release mode, runs
+# The benchmark suite (tools/bench, crate hookgate-bench), in one command. Builds the gateway and the bench in release mode, runs
 # every scenario against a throwaway PostgreSQL cluster of its own (configured for
 # production, see bench/README.md; --pg URL for an existing server) and SQLite, then writes
 # the results:
@@ -18,6 +18,7 @@ command -v pgbench >/dev/null || {
   exit 1
 }
 
-cargo build --release --bin hookgate --bin hookgate-bench
+cargo build --release --bin hookgate
+cargo build --release -p hookgate-bench
 target="${CARGO_TARGET_DIR:-target}/release"
 exec "$target/hookgate-bench" all --hookgate "$target/hookgate" "$@"

@@ -324,6 +324,15 @@ for rel in sorted(embedded):
     check(any(rel == Path(c.rstrip("/")) or Path(c.rstrip("/")) in rel.parents for c in copied),
           f"Dockerfile: compile-time input {rel} is copied into the build stage")
 
+# cargo loads every workspace member's manifest and targets, even to build only `--bin hookgate`,
+# so the members (tools/) must be in the build stage too.
+members = re.search(r"^\[workspace\][^\[]*?^members\s*=\s*\[([^\]]*)\]",
+                    (ROOT / "Cargo.toml").read_text(), re.M | re.S)
+for member in re.findall(r'"([^"]+)"', members.group(1) if members else ""):
+    check(any(Path(member) == Path(c.rstrip("/")) or Path(c.rstrip("/")) in Path(member).parents
+              for c in copied),
+          f"Dockerfile: workspace member {member} is copied into the build stage")
+
 # The builder image's Rust must be new enough for every crate `cargo build --bin hookgate`
 # compiles (normal and build dependencies in Cargo.lock).
 rust_arg = re.search(r"^ARG RUST_VERSION=(\d+)\.(\d+)", dockerfile, re.M)

@@ -2,8 +2,10 @@
 # The whole test suite, on a fresh machine of this project's kind with nothing installed by
 # hand: PostgreSQL is started when it is installed and down (the harness also starts a
 # throwaway cluster of its own when none answers), Chromium and its WebDriver (Debian's
-# packages) are installed for the console's browser test, then `cargo test` runs every test.
-# Extra arguments go to `cargo test`.
+# packages) are installed for the console's browser test, then `cargo test --workspace` runs
+# every test: the gateway's, and the tools' own (the chaos checker's and the benchmark
+# suite's unit tests, which CI needs too; a plain `cargo test` at the root runs only the
+# gateway's). Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,4 +42,4 @@ if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; the
   apt_install chromium chromium-driver
 fi
 
-exec cargo test "$@"
+exec cargo test --workspace "$@"

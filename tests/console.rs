@@ -2,10 +2,11 @@
 //! finds an event, opens it, retries a dead letter whose destination has recovered, and sees
 //! it succeed. It also saves a screenshot: to the test's scratch directory, or to
 //! docs/console.png (the README's picture) with `HOOKGATE_UPDATE_SCREENSHOT=1`, so that a
-//! test run leaves the checkout as it found it.
+//! test run leaves the checkout as it found it. Every test runs once per store
+//! (`both_backends!`).
 
-#[path = "api/support/mod.rs"]
-mod support;
+use hookgate_testkit as support;
+use hookgate_testkit::both_backends;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -14,6 +15,14 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use support::console::{csrf_of, first_cookie, http_login, no_redirects};
 use support::sink::{Answer, Sink};
 use support::{spawn_app_with_sink, Backend, ACME_TOKEN};
+
+both_backends!(
+    an_operator_logs_in_finds_an_event_and_retries_a_dead_letter,
+    console_forms_need_the_session_and_its_csrf_token,
+    dead_letters_can_be_discarded_in_bulk,
+    a_dead_letter_can_be_discarded_alone,
+    the_event_page_names_the_secret_that_verified,
+);
 
 struct Driver(Child);
 
@@ -92,18 +101,17 @@ async fn text_of(c: &Client, css: &str) -> String {
         .unwrap()
 }
 
-/// A gateway on SQLite whose `billing` destination answers 410 to everything, so its jobs
+/// A gateway on `backend` whose `billing` destination answers 410 to everything, so its jobs
 /// become dead letters on their first attempt. The sink lives as long as the returned value.
-async fn app_where_billing_is_gone() -> (Sink, support::TestApp) {
+async fn app_where_billing_is_gone(backend: Backend) -> (Sink, support::TestApp) {
     let sink = Sink::start().await;
     sink.always("/billing", Answer::status(410));
-    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
     (sink, app)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
-    let (sink, app) = app_where_billing_is_gone().await;
+async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter(backend: Backend) {
+    let (sink, app) = app_where_billing_is_gone(backend).await;
     let event = app.ingest_stripe("evt_console").await;
     app.worker().run_once().await.unwrap();
     let job = app.job(event, "billing").await;
@@ -154,10 +162,13 @@ async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
         c.goto(&app.url("/console/dead-letters")).await?;
         assert!(text_of(&c, "#dead-letters").await.contains("evt_console"));
         let png = c.screenshot().await?;
-        let path = if std::env::var_os("HOOKGATE_UPDATE_SCREENSHOT").is_some() {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png")
+        // The README's picture is SQLite's; each store's run also keeps its own.
+        let path = if backend == Backend::Sqlite
+            && std::env::var_os("HOOKGATE_UPDATE_SCREENSHOT").is_some()
+        {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png").to_owned()
         } else {
-            concat!(env!("CARGO_TARGET_TMPDIR"), "/console.png")
+            format!("{}/console-{backend:?}.png", env!("CARGO_TARGET_TMPDIR"))
         };
         std::fs::write(path, png).unwrap();
         c.wait()
@@ -190,10 +201,9 @@ async fn an_operator_logs_in_finds_an_event_and_retries_a_dead_letter() {
     c.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn console_forms_need_the_session_and_its_csrf_token() {
+async fn console_forms_need_the_session_and_its_csrf_token(backend: Backend) {
     let sink = Sink::start().await;
-    let app = spawn_app_with_sink(Backend::Sqlite, &sink, |_| {}).await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
     let event = app.ingest_stripe("evt_csrf").await;
     let client = no_redirects();
     // No session: every page and form sends the visitor to log in.
@@ -264,9 +274,8 @@ async fn console_forms_need_the_session_and_its_csrf_token() {
     assert_eq!(app.store.jobs_for_event(event).await.unwrap().len(), 4);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_letters_can_be_discarded_in_bulk() {
-    let (_sink, app) = app_where_billing_is_gone().await;
+async fn dead_letters_can_be_discarded_in_bulk(backend: Backend) {
+    let (_sink, app) = app_where_billing_is_gone(backend).await;
     for i in 0..3 {
         app.ingest_stripe(&format!("evt_bulk_discard_{i}")).await;
     }
@@ -311,9 +320,8 @@ async fn dead_letters_can_be_discarded_in_bulk() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_letter_can_be_discarded_alone() {
-    let (_sink, app) = app_where_billing_is_gone().await;
+async fn a_dead_letter_can_be_discarded_alone(backend: Backend) {
+    let (_sink, app) = app_where_billing_is_gone(backend).await;
     let kept = app.ingest_stripe("evt_discard_kept").await;
     let gone = app.ingest_stripe("evt_discard_gone").await;
     app.worker().run_once().await.unwrap();
@@ -351,9 +359,8 @@ async fn a_dead_letter_can_be_discarded_alone() {
     assert!(discarded.discarded_at.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_event_page_names_the_secret_that_verified() {
-    let (_sink, app) = app_where_billing_is_gone().await;
+async fn the_event_page_names_the_secret_that_verified(backend: Backend) {
+    let (_sink, app) = app_where_billing_is_gone(backend).await;
     let body = r#"{"id":"evt_old_secret","type":"invoice.paid"}"#;
     let headers = support::signing::stripe_headers(
         support::STRIPE_OLD_SECRET,

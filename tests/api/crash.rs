@@ -134,6 +134,7 @@ async fn an_abandoned_transaction_stores_nothing_and_the_retry_stores_the_event(
         }
     }
 
+    let submitted = app.batcher.submitted();
     let retry = {
         let client = app.client.clone();
         let url = app.url("/webhooks/stripe");
@@ -151,8 +152,29 @@ async fn an_abandoned_transaction_stores_nothing_and_the_retry_stores_the_event(
             req.body(body).send().await.unwrap()
         })
     };
-    // Let the retry reach the database and wait on the doomed transaction's lock.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The retry reaches the store (ingest's group commit counts it) and, on PostgreSQL, waits
+    // on the doomed transaction's lock, which pg_locks shows. SQLite shows no waiter: its
+    // writer waits in the busy handler, right after the submission counted here.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while app.batcher.submitted() == submitted {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the retry never reached the store"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    if backend == Backend::Postgres {
+        let mut observer = RawConn::open(&app).await;
+        let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                       WHERE NOT l.granted AND a.datname = current_database()";
+        while observer.query_i64(waiting).await == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the retry never waited on the open transaction's lock"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
     assert!(
         !retry.is_finished(),
         "the retry waits for the open transaction"

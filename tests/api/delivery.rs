@@ -231,7 +231,10 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
 
     // That first event may have been found by the worker's first claim, with no wake-up at
     // all. Once the worker waits, only a wake-up can deliver: from ingest's commit, and from
-    // an admin replay's.
+    // an admin replay's. This pause is not what the test waits on (a wake-up, or the claim
+    // pass that precedes the wait, delivers either way): it gives the worker time to finish
+    // that pass and wait, so that the wake-up is the path exercised. The worker does not
+    // expose "waiting" (src/worker), so there is nothing to be notified of.
     let settled = || tokio::time::sleep(Duration::from_millis(300));
     settled().await;
     let second = app.ingest_stripe("evt_wake_2").await;

@@ -1,7 +1,8 @@
 //! Integration tests: the real server on port 0, against SQLite and PostgreSQL alike.
 //! Every test here runs once per backend (see `both_backends!`).
 
-mod support;
+use hookgate_testkit as support;
+use hookgate_testkit::both_backends;
 
 mod admin;
 mod bulk;

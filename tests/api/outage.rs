@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 
 use sqlx::Connection as _;
 
+use crate::both_backends;
 use crate::support::proxy::TcpProxy;
-use crate::support::{error_code, postgres, spawn_app_with, Backend, TestApp};
+use crate::support::{error_code, spawn_app_with, Backend, TestApp};
 
 async fn assert_store_unavailable(app: &TestApp, body: &str) {
     let r = app.post_stripe(body).await;
@@ -47,7 +48,7 @@ async fn assert_stored_after_recovery(app: &TestApp, body: &str, provider_event_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_unreachable_gives_503_and_stores_nothing() {
     // The gateway talks to PostgreSQL through a proxy the test can cut.
-    let server = url::Url::parse(&postgres::admin_url().await).unwrap();
+    let server = url::Url::parse(&crate::support::postgres::admin_url().await).unwrap();
     let target: SocketAddr = format!(
         "{}:{}",
         server.host_str().unwrap(),
@@ -244,15 +245,7 @@ async fn postgres_claims_get_past_dropped_connections_in_one_statement() {
     assert_ne!(second[0].job_id, first[0].job_id);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_close_does_not_wait_for_held_connections() {
-    closing_the_store_does_not_wait_for_held_connections(Backend::Sqlite).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_close_does_not_wait_for_held_connections() {
-    closing_the_store_does_not_wait_for_held_connections(Backend::Postgres).await
-}
+both_backends!(closing_the_store_does_not_wait_for_held_connections);
 
 /// Ingest keeps its connection after a batch, and the worker's claims theirs; closing the
 /// store (at shutdown) must give them back first, or the pool's close would wait forever.

@@ -1,9 +1,9 @@
-//! A throwaway PostgreSQL cluster owned by one run (the chaos run; the benchmark suite
-//! includes this file too): initdb into the run's temp dir (as the `postgres` OS user when we
+//! hookgate-pgcluster: a throwaway PostgreSQL cluster owned by one run (the chaos run, the
+//! benchmark suite): initdb into the run's temp dir (as the `postgres` OS user when we
 //! are root, since initdb and postgres refuse root), its own port, trust auth, fsync ON
 //! (durability is what both measure). Restarting it and terminating its backends is safe
-//! because nobody else uses it. The integration tests' harness (tests/api/support/postgres.rs)
-//! includes this file for its helpers (finding the binaries, running them as `postgres`).
+//! because nobody else uses it. The integration tests' kit (tools/testkit/src/postgres.rs)
+//! uses its helpers (finding the binaries, running them as `postgres`).
 
 use std::ffi::OsStr;
 use std::fmt::Debug;

@@ -204,7 +204,7 @@ impl Report {
         let _ = writeln!(w, "# hookgate chaos report\n");
         let _ = writeln!(
             w,
-            "Run of `{}` started {} (seed {}). Produced by `hookgate-chaos` (see `chaos/README.md`).\n",
+            "Run of `{}` started {} (seed {}). Produced by `hookgate-chaos` (see `tools/chaos/README.md`).\n",
             self.command, self.started_at, self.seed
         );
         let _ = writeln!(w, "```text\n{}```\n", self.text());

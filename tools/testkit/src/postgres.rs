@@ -5,9 +5,6 @@
 //! test process and shared by all its tests. Each test gets its own database through
 //! [`TestDatabase`], so tests never see each other's rows.
 
-// Every test binary includes this module but uses a different subset of it.
-#![allow(dead_code)]
-
 use std::ffi::OsStr;
 use std::fmt::Debug;
 use std::future::Future;
@@ -21,9 +18,7 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 // The chaos run's cluster code: the same initdb / pg_ctl / run-as-postgres helpers.
-#[path = "../../../chaos/src/cluster.rs"]
-mod cluster;
-use cluster::{as_postgres, find_pg_bin, is_root, sh_join};
+use hookgate_pgcluster::{as_postgres, find_pg_bin, is_root, sh_join};
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -234,5 +229,5 @@ fn spawn_watchdog(bin: &Path, root: &Path, data: &Path, as_root: bool) -> Result
 
 /// Runs to completion from `dir` (the postgres user may not be able to read our cwd).
 fn run<S: AsRef<OsStr> + Debug>(argv: &[S], dir: &Path) -> Result<(), String> {
-    cluster::run(argv, dir).map_err(|e| format!("{e:#}"))
+    hookgate_pgcluster::run(argv, dir).map_err(|e| format!("{e:#}"))
 }

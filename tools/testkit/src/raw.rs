@@ -34,4 +34,13 @@ impl RawConn {
         }
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+
+    /// The first column of the first row of `sql`, as an integer.
+    pub async fn query_i64(&mut self, sql: &str) -> i64 {
+        match self {
+            Self::Sqlite(c) => sqlx::query_scalar(sql).fetch_one(c).await,
+            Self::Postgres(c) => sqlx::query_scalar(sql).fetch_one(c).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
 }

@@ -47,6 +47,8 @@ struct State {
     /// Per path: answers to give in order; after them, `always` or 200.
     script: Mutex<HashMap<String, VecDeque<Answer>>>,
     always: Mutex<HashMap<String, Answer>>,
+    /// Woken at every request received, for `wait_for`.
+    arrived: tokio::sync::Notify,
 }
 
 pub struct Sink {
@@ -113,15 +115,22 @@ impl Sink {
             .collect()
     }
 
-    /// Waits (bounded) until `path` has received `n` requests.
+    /// Waits (bounded) until `path` has received `n` requests; returns what it has received
+    /// by then. Woken by each request's arrival, not by polling.
     pub async fn wait_for(&self, path: &str, n: usize, limit: Duration) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
+            // Registered before the count is read, so an arrival in between still wakes it.
+            let arrival = self.state.arrived.notified();
+            tokio::pin!(arrival);
+            arrival.as_mut().enable();
             let got = self.received(path);
-            if got.len() >= n || tokio::time::Instant::now() > deadline {
+            if got.len() >= n {
                 return got;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if tokio::time::timeout_at(deadline, arrival).await.is_err() {
+                return self.received(path);
+            }
         }
     }
 }
@@ -149,6 +158,7 @@ async fn record(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> 
         headers,
         body: body.to_vec(),
     });
+    state.arrived.notify_waiters();
     let scripted = state
         .script
         .lock()

@@ -5,11 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-#[path = "cli/listen.rs"]
 mod listen;
-#[path = "cli/output.rs"]
 mod output;
-#[path = "cli/send.rs"]
 mod send;
 
 fn bin() -> Command {

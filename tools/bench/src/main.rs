@@ -2,9 +2,6 @@
 //! writes the JSON results and the markdown table; each scenario also runs alone; `loadgen`
 //! and `sink` are the load generator and the receiving end on their own.
 
-#[path = "../../chaos/src/cluster.rs"]
-#[allow(dead_code)] // the chaos run's restarts and fault hooks are not used here
-mod cluster;
 mod gateway;
 mod handler_latency;
 mod http1;
@@ -21,6 +18,7 @@ mod stats;
 mod tools;
 mod writeback;
 
+use hookgate_pgcluster as cluster;
 use std::path::PathBuf;
 use std::time::Instant;
 

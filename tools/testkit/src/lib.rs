@@ -1,6 +1,8 @@
-//! Test harness: the real server on port 0 against a real, fresh database of either backend.
-
-#![allow(dead_code)]
+//! hookgate-testkit, the integration tests' kit: the real server on port 0 against a real,
+//! fresh database of either backend (`spawn_app*`, `TestApp`), the PostgreSQL harness
+//! (`postgres`: the local server or a throwaway cluster), a recording sink, signers, raw
+//! connections and the two-store test macro (`both_backends!`). The gateway's tests use it
+//! as a dev-dependency; it is a member crate so that no test includes it by `#[path]`.
 
 pub mod console;
 pub mod postgres;
@@ -23,7 +25,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::Backend::Sqlite).await
+                    super::$name($crate::Backend::Sqlite).await
                 }
             )*
         }
@@ -31,7 +33,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::support::Backend::Postgres).await
+                    super::$name($crate::Backend::Postgres).await
                 }
             )*
         }
@@ -121,6 +123,9 @@ signing_secret = "whsec_dGVzdC1hdWRpdC1zaWduaW5nLWtleQ=="
     )
 }
 
+/// Held only to be dropped with the app: the SQLite file's directory, or the PostgreSQL
+/// database, goes away then.
+#[allow(dead_code)]
 enum DbGuard {
     Sqlite(tempfile::TempDir),
     Postgres(postgres::TestDatabase),

@@ -1,10 +1,9 @@
-//! hookgate-chaos: the chaos harness (see chaos/README.md). It runs real hookgate processes
+//! hookgate-chaos: the chaos harness (see tools/chaos/README.md). It runs real hookgate processes
 //! (two API and two worker processes on a throwaway PostgreSQL cluster, one all-in-one on
 //! SQLite), a recording sink and a load generator, injects faults while the load runs, then
 //! stops the faults, drains the queues and checks that nothing acknowledged was lost.
 
 mod check;
-mod cluster;
 mod faults;
 mod load;
 mod procs;
@@ -12,6 +11,7 @@ mod report;
 mod sink;
 mod workdir;
 
+use hookgate_pgcluster as cluster;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +29,8 @@ use crate::report::Report;
 use crate::sink::Sink;
 use crate::workdir::WorkDir;
 
+/// The gateway's package: the workspace root, two levels above this crate (tools/chaos).
+const GATEWAY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const DEST_SECRET: &str = "whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleS0wMDAwMDAwMA==";
 /// Per-attempt timeout of the sink destination; a stall lasts longer than this.
 const DEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -137,7 +139,7 @@ fn hookgate_bin(cli: &Cli) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("binary without a directory")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest = Path::new(GATEWAY_DIR).join("Cargo.toml");
     let mut cmd = Command::new(cargo);
     cmd.arg("build")
         .arg("--quiet")
@@ -176,7 +178,7 @@ fn hookgate_revision(bin: &Path) -> String {
     let rev = std::env::var("HOOKGATE_CHAOS_REV").ok().or_else(|| {
         run(Command::new("git")
             .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
+            .arg(GATEWAY_DIR)
             .args(["describe", "--always", "--dirty"]))
     });
     match rev {
