@@ -10,15 +10,55 @@ macro_rules! dispatch {
     };
 }
 
+/// Runs `$body` in a write transaction on whichever backend is in use and commits it; the
+/// body's value is the result. PostgreSQL begins on the durable pool; SQLite begins
+/// IMMEDIATE on a connection holding this process's write turn, so the transaction never
+/// has to upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
+/// The body may `return` early, which rolls the transaction back.
+macro_rules! in_write_tx {
+    ($self:ident, $tx:ident => $body:expr) => {
+        match $self {
+            Store::Postgres(s) => {
+                let mut $tx = s.pool().begin().await?;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+            Store::Sqlite(s) => {
+                let (mut conn, _turn) = s.write_connection().await?;
+                let mut $tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+        }
+    };
+}
+
+/// Binds a built statement's arguments (`admin_sql::Built`) to `$query`.
+macro_rules! bind_built {
+    ($query:expr, $built:expr) => {
+        $built.args.iter().fold($query, |q, a| match a {
+            admin_sql::Arg::Text(v) => q.bind(v.as_str()),
+            admin_sql::Arg::Time(v) => q.bind(codec::At(*v)),
+            admin_sql::Arg::Id(v) => q.bind(codec::Id(*v)),
+            admin_sql::Arg::Int(v) => q.bind(*v),
+        })
+    };
+}
+
+#[macro_use]
+mod idempotency;
 mod admin;
 mod admin_sql;
 mod admin_types;
 mod batch;
-mod gauges_sql;
+mod codec;
 mod group_commit;
 mod held;
-mod idempotency;
 mod postgres;
+mod reads;
+mod rows;
 mod sessions;
 mod sqlite;
 mod types;
@@ -31,8 +71,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::DatabaseConfig;
-use crate::domain::{EventId, JobId};
-use crate::queue::JobStatus;
+use crate::domain::JobId;
 
 pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
@@ -169,39 +208,6 @@ impl Store {
         dispatch!(self, s => s.insert_events(events).await)
     }
 
-    pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {
-        dispatch!(self, s => s.get_event(id).await)
-    }
-
-    pub async fn find_event(
-        &self,
-        source: &str,
-        provider_event_id: &str,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        dispatch!(self, s => s.find_event(source, provider_event_id).await)
-    }
-
-    pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
-        dispatch!(self, s => s.jobs_for_event(id).await)
-    }
-
-    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
-        dispatch!(self, s => s.get_job(id).await)
-    }
-
-    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
-        dispatch!(self, s => s.attempts_for_job(id).await)
-    }
-
-    pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        dispatch!(self, s => s.count_jobs_by_status().await)
-    }
-
-    /// Age of the oldest due pending job: how far delivery is behind.
-    pub async fn delivery_lag(&self, now: DateTime<Utc>) -> Result<Duration, StoreError> {
-        dispatch!(self, s => s.delivery_lag(now).await)
-    }
-
     /// (connections open, idle, maximum) of the pool.
     pub fn pool_usage(&self) -> (u32, usize, u32) {
         dispatch!(self, s => s.pool_usage())
@@ -226,14 +232,6 @@ impl Store {
         limit: i64,
     ) -> Result<u64, StoreError> {
         dispatch!(self, s => s.purge_expired_events(received_before, now, limit).await)
-    }
-
-    pub async fn count_events(&self) -> Result<i64, StoreError> {
-        dispatch!(self, s => s.count_events().await)
-    }
-
-    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
-        dispatch!(self, s => s.count_jobs(status).await)
     }
 
     /// Claims up to `limit` due jobs of one destination: each becomes `in_progress` until
@@ -289,14 +287,6 @@ impl Store {
         dispatch!(self, s => s.renew_lease(job, claim_token, until).await)
     }
 
-    pub async fn expired_leases(
-        &self,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<ExpiredLease>, StoreError> {
-        dispatch!(self, s => s.expired_leases(now, limit).await)
-    }
-
     /// Reads the next `limit` events of `source` after `after`, in arrival order, and creates
     /// the job for `destination` of each that has none. A sweep is a series of these steps,
     /// so no statement reads more than `limit` events: on PostgreSQL a long one would hold
@@ -328,6 +318,11 @@ impl Store {
             Self::Postgres(s) => Ok(s.try_reconcile_lock().await?.map(ReconcileLock::Postgres)),
             Self::Sqlite(_) => Ok(Some(ReconcileLock::Unneeded)),
         }
+    }
+
+    /// Wakes workers after a commit that queued jobs.
+    pub(crate) fn wake_workers(&self) {
+        dispatch!(self, s => s.wake_workers())
     }
 
     pub async fn close(&self) {

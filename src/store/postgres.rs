@@ -1,6 +1,5 @@
 //! PostgreSQL backend: for production and for several gateway processes sharing one database.
 
-mod admin;
 mod ingest;
 mod missing_jobs;
 mod retention;
@@ -10,19 +9,15 @@ use std::collections::HashSet;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::PgConnection;
 use sqlx::Row;
 use uuid::Uuid;
 
 use super::held::HeldConnections;
-use super::{
-    headers_from_json, AttemptOutcome, ClaimedJob, ExpiredLease, JobOutcome, StoreError,
-    StoredAttempt, StoredEvent, StoredJob,
-};
+use super::{AttemptOutcome, ClaimedJob, JobOutcome, StoreError};
 use crate::config::DatabaseConfig;
 use crate::domain::{EventId, JobId};
-use crate::queue::JobStatus;
 
 const JOBS_CHANNEL: &str = "hookgate_jobs";
 /// Arbitrary, fixed: the advisory lock key that elects one reconciler at a time.
@@ -62,12 +57,6 @@ pub struct PgStore {
     /// Wakes listening workers after an ingest commit that queued jobs.
     job_wakeups: std::sync::Arc<wakeups::JobWakeups>,
 }
-
-const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
-    locked_until, last_error, created_at, updated_at, discarded_at";
-
-const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
-    content_type, headers::text AS headers, body, verified_scheme, verified_secret_index";
 
 /// Delivery outcomes, many at once (see `finish_jobs`). A job is matched by id and claim
 /// token alone: a token is set only together with `status = 'in_progress'`, and every
@@ -146,83 +135,6 @@ impl PgStore {
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
-    }
-
-    pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {
-        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| event_from_row(&r)).transpose()
-    }
-
-    pub async fn find_event(
-        &self,
-        source: &str,
-        provider_event_id: &str,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND provider_event_id = $2"
-        );
-        let row = sqlx::query(&sql)
-            .bind(source)
-            .bind(provider_event_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| event_from_row(&r)).transpose()
-    }
-
-    pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
-        let sql =
-            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE event_id = $1 ORDER BY destination, id");
-        let rows = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(job_from_row).collect()
-    }
-
-    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(job_from_row).transpose()
-    }
-
-    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT job_id, attempt, worker_id, started_at, duration_ms, status_code, error, \
-             outcome FROM delivery_attempts WHERE job_id = $1 ORDER BY id",
-        )
-        .bind(id.as_uuid())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StoredAttempt {
-                    job_id: JobId::from_uuid(r.try_get("job_id")?),
-                    attempt: r.try_get("attempt")?,
-                    worker_id: r.try_get("worker_id")?,
-                    started_at: r.try_get("started_at")?,
-                    duration_ms: r.try_get("duration_ms")?,
-                    status_code: r.try_get("status_code")?,
-                    error: r.try_get("error")?,
-                    outcome: r.try_get("outcome")?,
-                })
-            })
-            .collect()
-    }
-
-    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = $1")
-                .bind(status.as_str())
-                .fetch_one(&self.pool)
-                .await?,
-        )
     }
 
     pub async fn claim_jobs(
@@ -359,31 +271,6 @@ impl PgStore {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn expired_leases(
-        &self,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<ExpiredLease>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, claim_token, attempts, destination FROM jobs \
-             WHERE status = 'in_progress' AND locked_until < $1 ORDER BY locked_until LIMIT $2",
-        )
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ExpiredLease {
-                    job_id: JobId::from_uuid(r.try_get("id")?),
-                    claim_token: r.try_get("claim_token")?,
-                    attempts: r.try_get("attempts")?,
-                    destination: r.try_get("destination")?,
-                })
-            })
-            .collect()
-    }
-
     pub async fn listen_for_jobs(&self) -> Result<PgListener, StoreError> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(JOBS_CHANNEL).await?;
@@ -401,31 +288,13 @@ impl PgStore {
         Ok(locked.then_some(conn))
     }
 
-    /// Jobs that are not finished successfully, by status and destination (succeeded jobs
-    /// are unbounded and left to the delivery counters).
-    pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        Ok(sqlx::query_as(super::gauges_sql::COUNT_UNFINISHED_JOBS)
-            .fetch_all(&self.pool)
-            .await?)
-    }
-
-    /// Age of the oldest due pending job.
-    pub async fn delivery_lag(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<std::time::Duration, StoreError> {
-        let oldest: Option<DateTime<Utc>> =
-            sqlx::query_scalar(&super::gauges_sql::oldest_due_pending("$1"))
-                .bind(now)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(oldest
-            .and_then(|t| (now - t).to_std().ok())
-            .unwrap_or_default())
-    }
-
     /// (connections open, idle, maximum).
     /// The durable pool, for the statements both stores share (`store::sessions`).
+    /// Wakes the workers of every process listening on this database.
+    pub(super) fn wake_workers(&self) {
+        self.job_wakeups.wake();
+    }
+
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -436,12 +305,6 @@ impl PgStore {
             self.pool.num_idle(),
             self.pool.options().get_max_connections(),
         )
-    }
-
-    pub async fn count_events(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM events")
-            .fetch_one(&self.pool)
-            .await?)
     }
 
     pub async fn close(&self) {
@@ -462,40 +325,4 @@ pub(super) async fn release_reconcile_lock(mut conn: PgConnection) {
         .execute(&mut conn)
         .await;
     let _ = conn.close().await;
-}
-
-fn event_from_row(r: &PgRow) -> Result<StoredEvent, StoreError> {
-    let received_at: DateTime<Utc> = r.try_get("received_at")?;
-    let headers: String = r.try_get("headers")?;
-    Ok(StoredEvent {
-        id: EventId::from_uuid(r.try_get("id")?),
-        tenant: r.try_get("tenant")?,
-        source: r.try_get("source")?,
-        provider_event_id: r.try_get("provider_event_id")?,
-        event_type: r.try_get("event_type")?,
-        received_at,
-        content_type: r.try_get("content_type")?,
-        headers: headers_from_json(&headers)?,
-        body: r.try_get("body")?,
-        verified_scheme: r.try_get("verified_scheme")?,
-        verified_secret_index: r.try_get("verified_secret_index")?,
-    })
-}
-
-pub(super) fn job_from_row(r: &PgRow) -> Result<StoredJob, StoreError> {
-    let status: String = r.try_get("status")?;
-    Ok(StoredJob {
-        id: JobId::from_uuid(r.try_get("id")?),
-        event_id: EventId::from_uuid(r.try_get("event_id")?),
-        destination: r.try_get("destination")?,
-        status: JobStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("job status {status:?}")))?,
-        attempts: r.try_get("attempts")?,
-        next_attempt_at: r.try_get("next_attempt_at")?,
-        locked_until: r.try_get("locked_until")?,
-        last_error: r.try_get("last_error")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        discarded_at: r.try_get("discarded_at")?,
-    })
 }
