@@ -56,8 +56,10 @@ mod batch;
 mod codec;
 mod group_commit;
 mod held;
+mod missing_jobs;
 mod postgres;
 mod reads;
+mod retention;
 mod rows;
 mod sessions;
 mod sqlite;
@@ -213,27 +215,6 @@ impl Store {
         dispatch!(self, s => s.pool_usage())
     }
 
-    /// Deletes up to `limit` events received before the time whose jobs are all finished,
-    /// with their jobs and attempts.
-    pub async fn delete_expired_events(
-        &self,
-        received_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.delete_expired_events(received_before, limit).await)
-    }
-
-    /// Empties the body and headers and deletes the jobs of up to `limit` settled events
-    /// received before the time, keeping the row so its provider id still dedupes.
-    pub async fn purge_expired_events(
-        &self,
-        received_before: DateTime<Utc>,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.purge_expired_events(received_before, now, limit).await)
-    }
-
     /// Claims up to `limit` due jobs of one destination: each becomes `in_progress` until
     /// `lease_until` under a fresh claim token, and its attempt count goes up by one. Commits
     /// before returning, so no lock is held while the caller delivers.
@@ -285,22 +266,6 @@ impl Store {
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         dispatch!(self, s => s.renew_lease(job, claim_token, until).await)
-    }
-
-    /// Reads the next `limit` events of `source` after `after`, in arrival order, and creates
-    /// the job for `destination` of each that has none. A sweep is a series of these steps,
-    /// so no statement reads more than `limit` events: on PostgreSQL a long one would hold
-    /// one snapshot for the whole scan, and no dead row anywhere (the queue's among them)
-    /// could be removed until it ended; on SQLite it would hold off the ingest writer.
-    pub async fn create_missing_jobs(
-        &self,
-        source: &str,
-        destination: &str,
-        after: ArrivalCursor,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<MissingJobsStep, StoreError> {
-        dispatch!(self, s => s.create_missing_jobs(source, destination, after, now, limit).await)
     }
 
     /// Something to wait on for new jobs: PostgreSQL LISTEN/NOTIFY, or an in-process signal.

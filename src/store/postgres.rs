@@ -1,8 +1,6 @@
 //! PostgreSQL backend: for production and for several gateway processes sharing one database.
 
 mod ingest;
-mod missing_jobs;
-mod retention;
 mod wakeups;
 
 use std::collections::HashSet;

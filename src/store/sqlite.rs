@@ -5,8 +5,6 @@
 
 mod checkpoints;
 mod ingest;
-mod missing_jobs;
-mod retention;
 #[cfg(test)]
 mod tests;
 
@@ -23,7 +21,7 @@ use sqlx::{Connection, Row, Sqlite};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-pub(super) use super::codec::{from_millis, millis, parse_uuid};
+pub(super) use super::codec::{millis, parse_uuid};
 use super::held::HeldConnections;
 use super::{batch, AttemptOutcome, ClaimedJob, InsertOutcome, JobOutcome, NewEvent, StoreError};
 use crate::config::DatabaseConfig;
