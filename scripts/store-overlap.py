@@ -17,6 +17,7 @@ PAIRS = [
     ("postgres/retention.rs", "sqlite/retention.rs"),
     ("postgres/ingest.rs", "sqlite/ingest.rs"),
     ("postgres/missing_jobs.rs", "sqlite/missing_jobs.rs"),
+    ("postgres/queue.rs", "sqlite/queue.rs"),
 ]
 NAMES = [
     (r"\bPgStore\b|\bSqliteStore\b", "Store"),

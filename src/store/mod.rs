@@ -58,6 +58,7 @@ mod group_commit;
 mod held;
 mod missing_jobs;
 mod postgres;
+mod queue;
 mod reads;
 mod retention;
 mod rows;
@@ -65,15 +66,9 @@ mod sessions;
 mod sqlite;
 mod types;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
-use uuid::Uuid;
-
 use crate::config::DatabaseConfig;
-use crate::domain::JobId;
 
 pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
@@ -81,6 +76,7 @@ pub use admin_types::{
 };
 pub use group_commit::{GroupCommit, Pacing};
 pub use postgres::PgStore;
+pub use queue::JobWaker;
 pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
@@ -215,67 +211,6 @@ impl Store {
         dispatch!(self, s => s.pool_usage())
     }
 
-    /// Claims up to `limit` due jobs of one destination: each becomes `in_progress` until
-    /// `lease_until` under a fresh claim token, and its attempt count goes up by one. Commits
-    /// before returning, so no lock is held while the caller delivers.
-    pub async fn claim_jobs(
-        &self,
-        destination: &str,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>, StoreError> {
-        dispatch!(self, s => s.claim_jobs(destination, limit, now, lease_until).await)
-    }
-
-    /// Records the attempt and, only if `claim_token` still holds the job, applies `update`.
-    /// Returns whether the update applied: `false` means the lease was lost and a newer
-    /// claim owns the job; the attempt is then recorded as `lease_lost`.
-    pub async fn finish_job(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        update: JobUpdate,
-        record: &AttemptRecord,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let outcome = JobOutcome {
-            job,
-            claim_token,
-            update,
-            record: record.clone(),
-            now,
-        };
-        let applied = self.finish_jobs(std::slice::from_ref(&outcome)).await?;
-        Ok(applied.first().copied().unwrap_or(false))
-    }
-
-    /// `finish_job` for many jobs in one transaction; whether each update applied, in order.
-    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
-        if outcomes.is_empty() {
-            return Ok(Vec::new());
-        }
-        dispatch!(self, s => s.finish_jobs(outcomes).await)
-    }
-
-    /// Extends a lease while its claim holds.
-    pub async fn renew_lease(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        until: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.renew_lease(job, claim_token, until).await)
-    }
-
-    /// Something to wait on for new jobs: PostgreSQL LISTEN/NOTIFY, or an in-process signal.
-    pub async fn job_waker(&self) -> Result<JobWaker, StoreError> {
-        match self {
-            Self::Postgres(s) => Ok(JobWaker::Postgres(Box::new(s.listen_for_jobs().await?))),
-            Self::Sqlite(s) => Ok(JobWaker::Local(s.job_signal())),
-        }
-    }
-
     /// The right to run the reconciler's sweep. On PostgreSQL an advisory lock makes it one
     /// process at a time; SQLite's single writer already serialises sweeps.
     pub async fn try_reconcile_lock(&self) -> Result<Option<ReconcileLock>, StoreError> {
@@ -292,26 +227,6 @@ impl Store {
 
     pub async fn close(&self) {
         dispatch!(self, s => s.close().await)
-    }
-}
-
-pub enum JobWaker {
-    Postgres(Box<sqlx::postgres::PgListener>),
-    Local(Arc<Notify>),
-}
-
-impl JobWaker {
-    /// Returns when new jobs may be due, or after `timeout`, whichever comes first.
-    pub async fn wait(&mut self, timeout: Duration) {
-        match self {
-            Self::Postgres(listener) => {
-                // An error (connection lost) degrades to polling; sqlx reconnects on next recv.
-                let _ = tokio::time::timeout(timeout, listener.recv()).await;
-            }
-            Self::Local(notify) => {
-                let _ = tokio::time::timeout(timeout, notify.notified()).await;
-            }
-        }
     }
 }
 

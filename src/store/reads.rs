@@ -5,8 +5,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::codec::{At, Id};
-use super::rows::{AttemptRow, EventRow, JobRow, LeaseRow, EVENT_COLUMNS, JOB_COLUMNS};
-use super::{ExpiredLease, Store, StoreError, StoredAttempt, StoredEvent, StoredJob};
+use super::rows::{AttemptRow, EventRow, JobRow, EVENT_COLUMNS, JOB_COLUMNS};
+use super::{Store, StoreError, StoredAttempt, StoredEvent, StoredJob};
 use crate::domain::{EventId, JobId};
 use crate::queue::JobStatus;
 
@@ -135,21 +135,5 @@ impl Store {
         Ok(oldest
             .and_then(|t| (now - t.0).to_std().ok())
             .unwrap_or_default())
-    }
-
-    /// `in_progress` jobs whose lease ran out before `now`, oldest first.
-    pub async fn expired_leases(
-        &self,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<ExpiredLease>, StoreError> {
-        const SQL: &str = "SELECT id, claim_token, attempts, destination FROM jobs \
-            WHERE status = 'in_progress' AND locked_until < $1 ORDER BY locked_until LIMIT $2";
-        let rows: Vec<LeaseRow> = dispatch!(self, s => sqlx::query_as(SQL)
-            .bind(At(now))
-            .bind(limit)
-            .fetch_all(s.pool())
-            .await?);
-        Ok(rows.into_iter().map(ExpiredLease::from).collect())
     }
 }

@@ -5,27 +5,25 @@
 
 mod checkpoints;
 mod ingest;
+mod queue;
 #[cfg(test)]
 mod tests;
 
 use std::str::FromStr;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
-use sqlx::{Connection, Row, Sqlite};
+use sqlx::{Connection, Sqlite};
 use tokio::sync::Notify;
-use uuid::Uuid;
 
 pub(super) use super::codec::{millis, parse_uuid};
 use super::held::HeldConnections;
-use super::{batch, AttemptOutcome, ClaimedJob, InsertOutcome, JobOutcome, NewEvent, StoreError};
+use super::{batch, InsertOutcome, NewEvent, StoreError};
 use crate::config::DatabaseConfig;
-use crate::domain::{EventId, JobId};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -158,138 +156,6 @@ impl SqliteStore {
             self.job_signal.notify_one();
         }
         Ok(batch::answers(&uniques, &slot, &outcomes))
-    }
-
-    pub async fn claim_jobs(
-        &self,
-        destination: &str,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>, StoreError> {
-        let token = crate::domain::time_ordered_uuid();
-        let (mut conn, _turn) = self.write_connection().await?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        // One statement picks and claims: with the write lock held, no other claimer can
-        // see these rows as pending in between.
-        let claimed = sqlx::query(
-            "UPDATE jobs SET status = 'in_progress', attempts = attempts + 1, \
-                locked_until = ?1, claim_token = ?2, updated_at = ?3 \
-             WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND destination = ?4 \
-                AND next_attempt_at <= ?3 ORDER BY next_attempt_at LIMIT ?5) \
-             RETURNING id",
-        )
-        .bind(millis(lease_until))
-        .bind(token.to_string())
-        .bind(millis(now))
-        .bind(destination)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut jobs = Vec::with_capacity(claimed.len());
-        for row in &claimed {
-            let id: String = row.try_get("id")?;
-            let r = sqlx::query(
-                "SELECT j.id, j.attempts, j.destination, j.event_id, e.source, e.event_type, \
-                    e.provider_event_id, e.content_type, e.body \
-                 FROM jobs j JOIN events e ON e.id = j.event_id WHERE j.id = ?",
-            )
-            .bind(&id)
-            .fetch_one(&mut *tx)
-            .await?;
-            let event_id: String = r.try_get("event_id")?;
-            jobs.push(ClaimedJob {
-                job_id: JobId::from_uuid(parse_uuid(&id)?),
-                claim_token: token,
-                attempt: r.try_get("attempts")?,
-                destination: r.try_get("destination")?,
-                event_id: EventId::from_uuid(parse_uuid(&event_id)?),
-                source: r.try_get("source")?,
-                event_type: r.try_get("event_type")?,
-                provider_event_id: r.try_get("provider_event_id")?,
-                content_type: r.try_get("content_type")?,
-                body: r.try_get("body")?,
-            });
-        }
-        tx.commit().await?;
-        Ok(jobs)
-    }
-
-    /// All outcomes in one transaction (one commit, one fsync); each update applies only
-    /// where its claim token still holds the job, and each attempt is recorded.
-    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
-        let (mut conn, _turn) = self.write_connection().await?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        let mut applied = Vec::with_capacity(outcomes.len());
-        let mut requeued = false;
-        for o in outcomes {
-            let (status, next_attempt_at) = o.status();
-            let job = o.job.to_string();
-            let done = sqlx::query(
-                "UPDATE jobs SET status = ?, next_attempt_at = COALESCE(?, next_attempt_at), \
-                 last_error = ?, locked_until = NULL, claim_token = NULL, updated_at = ? \
-                 WHERE id = ? AND claim_token = ? AND status = 'in_progress'",
-            )
-            .bind(status)
-            .bind(next_attempt_at.map(millis))
-            .bind(o.record.error.as_deref())
-            .bind(millis(o.now))
-            .bind(&job)
-            .bind(o.claim_token.to_string())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            let outcome = if done {
-                o.record.outcome
-            } else {
-                AttemptOutcome::LeaseLost
-            };
-            sqlx::query(
-                "INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
-                 duration_ms, status_code, error, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(crate::domain::time_ordered_uuid().to_string())
-            .bind(&job)
-            .bind(o.record.attempt)
-            .bind(&o.record.worker_id)
-            .bind(millis(o.record.started_at))
-            .bind(o.record.duration_ms)
-            .bind(o.record.status_code)
-            .bind(o.record.error.as_deref())
-            .bind(outcome.as_str())
-            .execute(&mut *tx)
-            .await?;
-            requeued |= done && next_attempt_at.is_some();
-            applied.push(done);
-        }
-        tx.commit().await?;
-        if requeued {
-            self.job_signal.notify_one();
-        }
-        Ok(applied)
-    }
-
-    pub async fn renew_lease(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        until: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE jobs SET locked_until = ? \
-             WHERE id = ? AND claim_token = ? AND status = 'in_progress'",
-        )
-        .bind(millis(until))
-        .bind(job.to_string())
-        .bind(claim_token.to_string())
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub fn job_signal(&self) -> Arc<Notify> {
-        self.job_signal.clone()
     }
 
     /// (connections open, idle, maximum).
