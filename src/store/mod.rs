@@ -178,7 +178,13 @@ impl Store {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        dispatch!(self, s => s.migrate().await)
+        static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+        static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+        match self {
+            Self::Postgres(s) => POSTGRES.run(s.pool()).await?,
+            Self::Sqlite(s) => SQLITE.run(s.pool()).await?,
+        }
+        Ok(())
     }
 
     /// Succeeds only while the store could take a write.
@@ -208,7 +214,11 @@ impl Store {
 
     /// (connections open, idle, maximum) of the pool.
     pub fn pool_usage(&self) -> (u32, usize, u32) {
-        dispatch!(self, s => s.pool_usage())
+        dispatch!(self, s => (
+            s.pool().size(),
+            s.pool().num_idle(),
+            s.pool().options().get_max_connections(),
+        ))
     }
 
     /// The right to run the reconciler's sweep. On PostgreSQL an advisory lock makes it one

@@ -17,8 +17,6 @@ const JOBS_CHANNEL: &str = "hookgate_jobs";
 /// Arbitrary, fixed: the advisory lock key that elects one reconciler at a time.
 const RECONCILE_LOCK_KEY: i64 = 0x686f_6f6b_6761_7465;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
@@ -77,11 +75,6 @@ impl PgStore {
         })
     }
 
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -98,8 +91,6 @@ impl PgStore {
         Ok(locked.then_some(conn))
     }
 
-    /// (connections open, idle, maximum).
-    /// The durable pool, for the statements both stores share (`store::sessions`).
     /// The relaxed pool's held connections, for the queue's bookkeeping (see `relaxed`).
     pub(super) fn relaxed(&self) -> &HeldConnections<sqlx::Postgres> {
         &self.relaxed_connections
@@ -110,16 +101,9 @@ impl PgStore {
         self.job_wakeups.wake();
     }
 
+    /// The durable pool, for the statements both stores share.
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
-    }
-
-    pub fn pool_usage(&self) -> (u32, usize, u32) {
-        (
-            self.pool.size(),
-            self.pool.num_idle(),
-            self.pool.options().get_max_connections(),
-        )
     }
 
     pub async fn close(&self) {

@@ -25,8 +25,6 @@ use super::held::HeldConnections;
 use super::{batch, InsertOutcome, NewEvent, StoreError};
 use crate::config::DatabaseConfig;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -72,11 +70,6 @@ impl SqliteStore {
             busy_timeout: config.busy_timeout,
             checkpoints: Arc::default(),
         })
-    }
-
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
     }
 
     /// Checkpoints the WAL every `every` while the pool is open, at idle CPU priority
@@ -158,23 +151,14 @@ impl SqliteStore {
         Ok(batch::answers(&uniques, &slot, &outcomes))
     }
 
-    /// (connections open, idle, maximum).
-    /// The durable pool, for the statements both stores share (`store::sessions`).
     /// Wakes this process's workers (SQLite has no LISTEN/NOTIFY).
     pub(super) fn wake_workers(&self) {
         self.job_signal.notify_one();
     }
 
+    /// The durable pool, for the statements both stores share.
     pub(super) fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-
-    pub fn pool_usage(&self) -> (u32, usize, u32) {
-        (
-            self.pool.size(),
-            self.pool.num_idle(),
-            self.pool.options().get_max_connections(),
-        )
     }
 
     /// Closes every connection, the checkpoint task's last, once the pool's have closed: the
