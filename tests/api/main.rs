@@ -21,5 +21,6 @@ mod outage;
 mod pools;
 mod retention;
 mod security;
+mod store_conformance;
 mod unstorable;
 mod worker_crash;
