@@ -60,7 +60,7 @@ impl Store {
         filter.check()?;
         let built = admin_sql::list_events(filter, after, limit);
         let rows: Vec<SummaryRow> = dispatch!(self, s =>
-            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(s.pool()).await?);
+            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&s.pool).await?);
         Ok(rows.into_iter().map(EventSummary::from).collect())
     }
 
@@ -68,7 +68,7 @@ impl Store {
         filter.check()?;
         let built = admin_sql::count_events(filter);
         Ok(dispatch!(self, s =>
-            bind_built!(sqlx::query_scalar(&built.sql), built).fetch_one(s.pool()).await?))
+            bind_built!(sqlx::query_scalar(&built.sql), built).fetch_one(&s.pool).await?))
     }
 
     pub async fn list_dead_letters(
@@ -80,7 +80,7 @@ impl Store {
         filter.check()?;
         let built = admin_sql::list_dead_letters(filter, after, limit);
         let rows: Vec<JobWithEventRow> = dispatch!(self, s =>
-            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(s.pool()).await?);
+            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&s.pool).await?);
         rows.into_iter().map(JobWithEvent::try_from).collect()
     }
 
@@ -97,7 +97,7 @@ impl Store {
         let row: Option<JobWithEventRow> = dispatch!(self, s => sqlx::query_as(&sql)
             .bind(Id::from(job))
             .bind(tenant)
-            .fetch_optional(s.pool())
+            .fetch_optional(&s.pool)
             .await?);
         row.map(JobWithEvent::try_from).transpose()
     }
@@ -239,7 +239,7 @@ impl Store {
         let built = admin_sql::discard_dead_letters(filter, now, limit);
         Ok(
             dispatch!(self, s => bind_built!(sqlx::query(&built.sql), built)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected()),
         )
@@ -258,7 +258,7 @@ impl Store {
             .bind(At(now))
             .bind(Id::from(job))
             .bind(tenant)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected());
         Ok(done == 1)

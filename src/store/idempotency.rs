@@ -98,7 +98,7 @@ impl Store {
             .bind(key)
             .bind(request_hash)
             .bind(At(now))
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected());
         if inserted == 1 {
@@ -107,7 +107,7 @@ impl Store {
         let record: Option<Record> = dispatch!(self, s => sqlx::query_as(READ)
             .bind(tenant)
             .bind(key)
-            .fetch_optional(s.pool())
+            .fetch_optional(&s.pool)
             .await?);
         let Some(record) = record else {
             // Swept between the two statements: nothing is running under this key.
@@ -122,7 +122,7 @@ impl Store {
                 .bind(tenant)
                 .bind(key)
                 .bind(updated_at)
-                .execute(s.pool())
+                .execute(&s.pool)
                 .await?
                 .rows_affected());
             if claimed != 1 {
@@ -151,7 +151,7 @@ impl Store {
         dispatch!(self, s => sqlx::query(SQL)
             .bind(tenant)
             .bind(key)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await
             .map(drop)?);
         Ok(())
@@ -168,7 +168,7 @@ impl Store {
         Ok(dispatch!(self, s => sqlx::query(SQL)
             .bind(At(created_before))
             .bind(limit)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected()))
     }

@@ -96,7 +96,7 @@ impl Step<'_> {
                 .bind(Id::from(self.after.event))
                 .bind(At(self.now))
                 .bind(self.limit)
-                .fetch_one(s.pool())
+                .fetch_one(&s.pool)
                 .await?;
         let last = last_id.zip(last_at).map(|(id, at)| ArrivalCursor {
             received_at: at.0,
@@ -121,7 +121,7 @@ impl Step<'_> {
             .bind(At(self.after.received_at))
             .bind(Id::from(self.after.event))
             .bind(self.limit)
-            .fetch_all(s.pool())
+            .fetch_all(&s.pool)
             .await?;
         let last = rows.last().map(|&(id, at, _)| ArrivalCursor {
             received_at: at.0,

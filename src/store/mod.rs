@@ -19,7 +19,7 @@ macro_rules! in_write_tx {
     ($self:ident, $tx:ident => $body:expr) => {
         match $self {
             Store::Postgres(s) => {
-                let mut $tx = s.pool().begin().await?;
+                let mut $tx = s.pool.begin().await?;
                 let out = $body;
                 $tx.commit().await?;
                 out
@@ -90,10 +90,10 @@ pub use types::{
 /// flush waits for the writes queued ahead of it. A round's sync is as long as the pages it
 /// copied, and most of those are the dedupe index's leaves, one per event (its keys are
 /// random), which fewer rounds do not save; more rounds cost only the right-most pages of
-/// the other indexes, copied again each time. Measured (bench/RESULTS.md): 1 s to 250 ms took
-/// the p99 at 4,000 events/s from 12-69 ms to 6.7-9.5 ms (session 3); 250 ms to 25 ms took
-/// the p99 at half the maximum rate at FULL from 23.7-26.4 ms to 7.6-8.3 ms, for about 6 %
-/// of the maximum rate (session 25). While there is nothing to copy, rounds slow down.
+/// the other indexes, copied again each time. Measured (see docs/decisions/): 1 s to 250 ms
+/// took the p99 at 4,000 events/s from 12-69 ms to 6.7-9.5 ms; 250 ms to 25 ms took the p99
+/// at half the maximum rate at FULL from 23.7-26.4 ms to 7.6-8.3 ms, for about 6 % of the
+/// maximum rate. While there is nothing to copy, rounds slow down.
 pub const SQLITE_CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
 
 #[derive(Debug, thiserror::Error)]
@@ -181,8 +181,8 @@ impl Store {
         static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
         static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
         match self {
-            Self::Postgres(s) => POSTGRES.run(s.pool()).await?,
-            Self::Sqlite(s) => SQLITE.run(s.pool()).await?,
+            Self::Postgres(s) => POSTGRES.run(&s.pool).await?,
+            Self::Sqlite(s) => SQLITE.run(&s.pool).await?,
         }
         Ok(())
     }
@@ -215,9 +215,9 @@ impl Store {
     /// (connections open, idle, maximum) of the pool.
     pub fn pool_usage(&self) -> (u32, usize, u32) {
         dispatch!(self, s => (
-            s.pool().size(),
-            s.pool().num_idle(),
-            s.pool().options().get_max_connections(),
+            s.pool.size(),
+            s.pool.num_idle(),
+            s.pool.options().get_max_connections(),
         ))
     }
 

@@ -19,7 +19,8 @@ const RECONCILE_LOCK_KEY: i64 = 0x686f_6f6b_6761_7465;
 
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    /// The durable pool, for the statements both stores share.
+    pub(super) pool: PgPool,
     /// Delivery bookkeeping (claims, outcomes, lease renewals) commits without waiting for
     /// the WAL flush: if the database crashes and loses the last few of these commits, a
     /// claim is simply not taken, or a job stays `in_progress` until its lease expires and it
@@ -99,11 +100,6 @@ impl PgStore {
     /// Wakes the workers of every process listening on this database.
     pub(super) fn wake_workers(&self) {
         self.job_wakeups.wake();
-    }
-
-    /// The durable pool, for the statements both stores share.
-    pub(super) fn pool(&self) -> &PgPool {
-        &self.pool
     }
 
     pub async fn close(&self) {

@@ -87,7 +87,7 @@ impl Store {
                 .bind(At(until))
                 .bind(Id::from(job))
                 .bind(Id(claim_token))
-                .execute(s.pool())
+                .execute(&s.pool)
                 .await?
                 .rows_affected(),
         };
@@ -113,7 +113,7 @@ impl Store {
         let rows: Vec<LeaseRow> = dispatch!(self, s => sqlx::query_as(SQL)
             .bind(At(now))
             .bind(limit)
-            .fetch_all(s.pool())
+            .fetch_all(&s.pool)
             .await?);
         Ok(rows.into_iter().map(ExpiredLease::from).collect())
     }

@@ -54,7 +54,7 @@ impl Store {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
         let row: Option<EventRow> = dispatch!(self, s => sqlx::query_as(&sql)
             .bind(Id::from(id))
-            .fetch_optional(s.pool())
+            .fetch_optional(&s.pool)
             .await?);
         row.map(StoredEvent::try_from).transpose()
     }
@@ -70,7 +70,7 @@ impl Store {
         let row: Option<EventRow> = dispatch!(self, s => sqlx::query_as(&sql)
             .bind(source)
             .bind(provider_event_id)
-            .fetch_optional(s.pool())
+            .fetch_optional(&s.pool)
             .await?);
         row.map(StoredEvent::try_from).transpose()
     }
@@ -81,7 +81,7 @@ impl Store {
         );
         let rows: Vec<JobRow> = dispatch!(self, s => sqlx::query_as(&sql)
             .bind(Id::from(id))
-            .fetch_all(s.pool())
+            .fetch_all(&s.pool)
             .await?);
         rows.into_iter().map(StoredJob::try_from).collect()
     }
@@ -90,7 +90,7 @@ impl Store {
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1");
         let row: Option<JobRow> = dispatch!(self, s => sqlx::query_as(&sql)
             .bind(Id::from(id))
-            .fetch_optional(s.pool())
+            .fetch_optional(&s.pool)
             .await?);
         row.map(StoredJob::try_from).transpose()
     }
@@ -100,21 +100,21 @@ impl Store {
             status_code, error, outcome FROM delivery_attempts WHERE job_id = $1 ORDER BY id";
         let rows: Vec<AttemptRow> = dispatch!(self, s => sqlx::query_as(SQL)
             .bind(Id::from(id))
-            .fetch_all(s.pool())
+            .fetch_all(&s.pool)
             .await?);
         Ok(rows.into_iter().map(StoredAttempt::from).collect())
     }
 
     pub async fn count_events(&self) -> Result<i64, StoreError> {
         const SQL: &str = "SELECT COUNT(*) FROM events";
-        Ok(dispatch!(self, s => sqlx::query_scalar(SQL).fetch_one(s.pool()).await?))
+        Ok(dispatch!(self, s => sqlx::query_scalar(SQL).fetch_one(&s.pool).await?))
     }
 
     pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
         const SQL: &str = "SELECT COUNT(*) FROM jobs WHERE status = $1";
         Ok(dispatch!(self, s => sqlx::query_scalar(SQL)
             .bind(status.as_str())
-            .fetch_one(s.pool())
+            .fetch_one(&s.pool)
             .await?))
     }
 
@@ -122,7 +122,7 @@ impl Store {
     /// are unbounded and left to the delivery counters).
     pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
         Ok(dispatch!(self, s => sqlx::query_as(COUNT_UNFINISHED_JOBS)
-            .fetch_all(s.pool())
+            .fetch_all(&s.pool)
             .await?))
     }
 
@@ -130,7 +130,7 @@ impl Store {
     pub async fn delivery_lag(&self, now: DateTime<Utc>) -> Result<Duration, StoreError> {
         let oldest: Option<At> = dispatch!(self, s => sqlx::query_scalar(OLDEST_DUE_PENDING)
             .bind(At(now))
-            .fetch_one(s.pool())
+            .fetch_one(&s.pool)
             .await?);
         Ok(oldest
             .and_then(|t| (now - t.0).to_std().ok())

@@ -28,7 +28,7 @@ impl Store {
         Ok(dispatch!(self, s => sqlx::query(&sql)
             .bind(At(received_before))
             .bind(limit)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected()))
     }
@@ -51,7 +51,7 @@ impl Store {
             // The batch's events are locked as they are read (`SKIP LOCKED`: concurrent
             // sweeps take disjoint batches), and each statement takes the batch as an array.
             Store::Postgres(s) => {
-                let mut tx = s.pool().begin().await?;
+                let mut tx = s.pool.begin().await?;
                 let ids: Vec<Uuid> = sqlx::query_scalar(&select(" FOR UPDATE SKIP LOCKED"))
                     .bind(At(received_before))
                     .bind(limit)

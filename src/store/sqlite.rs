@@ -27,7 +27,8 @@ use crate::config::DatabaseConfig;
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// The durable pool, for the statements both stores share.
+    pub(super) pool: SqlitePool,
     /// Wakes this process's workers when it queues jobs (SQLite has no LISTEN/NOTIFY).
     job_signal: Arc<Notify>,
     /// Ingest's writer keeps its connection between batches: each trip through the pool
@@ -154,11 +155,6 @@ impl SqliteStore {
     /// Wakes this process's workers (SQLite has no LISTEN/NOTIFY).
     pub(super) fn wake_workers(&self) {
         self.job_signal.notify_one();
-    }
-
-    /// The durable pool, for the statements both stores share.
-    pub(super) fn pool(&self) -> &SqlitePool {
-        &self.pool
     }
 
     /// Closes every connection, the checkpoint task's last, once the pool's have closed: the

@@ -56,7 +56,7 @@ const OUTCOME_BATCH_MAX: usize = 128;
 /// counts is the database's work per outcome, and each outcome statement is planned afresh
 /// on PostgreSQL (see `PgStore::relaxed`), so fewer, larger batches cost less. Measured
 /// against two writers: a 100k drain 8,112 / 7,888 vs 6,691 / 6,259 deliveries/s
-/// (bench/RESULTS.md, session 7).
+/// (see docs/decisions/).
 const OUTCOME_WRITERS: usize = 1;
 
 impl Worker {
@@ -380,7 +380,7 @@ enum NextClaim {
     /// Some due jobs, and every destination got fewer than its room: the queue is keeping
     /// up, so let the next jobs gather for the batch window instead of claiming them one or
     /// two at a time. Each claim is a statement whose fixed cost (planning, a round trip, a
-    /// commit) dwarfs its per-row cost at that size (bench/RESULTS.md, session 8).
+    /// commit) dwarfs its per-row cost at that size (see docs/decisions/).
     After(Duration),
     /// Nothing due, or no room: wait for a new job, a freed slot or the poll interval.
     OnWake,

@@ -365,7 +365,7 @@ async fn admin_lists_replays_retries_and_discards(backend: Backend) {
         body: b"ok",
     };
     store
-        .create_jobs(&[job.clone()], now, Some(&save))
+        .create_jobs(std::slice::from_ref(&job), now, Some(&save))
         .await
         .unwrap();
     let found = store
