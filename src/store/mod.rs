@@ -1,6 +1,11 @@
-//! All SQL lives below this module: one file per backend. Callers see only `Store`.
+//! All SQL lives below this module; callers see only `Store`. A statement both databases run
+//! is written once with `$N` placeholders (sqlx's SQLite driver binds `$N` to the N-th
+//! argument, as PostgreSQL does) and run on whichever pool is in use (`dispatch!`,
+//! `in_write_tx!`); ids and times, which the schemas store differently, are bound and read
+//! through `codec`. `postgres/` and `sqlite/` hold only what the databases do differently.
 
-/// Runs the same call on whichever backend is in use.
+/// Runs the same code on whichever backend is in use: `$body` is expanded once per backend,
+/// with `$s` that backend's store.
 macro_rules! dispatch {
     ($self:ident, $s:ident => $body:expr) => {
         match $self {

@@ -1,7 +1,7 @@
 //! Console sessions, kept in the database so that every instance on one PostgreSQL shares
 //! them and a logout ends a session everywhere. The statements are the same on both stores
-//! (times are unix seconds in both schemas; SQLite reads `$N` as the N-th parameter when
-//! they first appear in order), so each is written once and run on whichever pool is in use.
+//! (times are unix seconds in both schemas), so each is written once and run on whichever
+//! pool is in use.
 
 use super::{Store, StoreError};
 
