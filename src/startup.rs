@@ -234,8 +234,8 @@ impl BackgroundWork {
         }
     }
 
-    /// This process's workers' side of ingest's hand-off (see `worker::Handoff`).
-    pub fn handoff(&self) -> crate::worker::Handoff {
+    /// This process's workers' side of ingest's hand-off (see `queue::Handoff`).
+    pub fn handoff(&self) -> crate::queue::Handoff {
         self.worker.handoff()
     }
 

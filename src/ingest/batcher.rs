@@ -9,10 +9,10 @@ use chrono::{DateTime, Utc};
 
 use crate::config::Source;
 use crate::domain::{EventId, Name, ProviderEventId};
+use crate::queue::{Handoff, Reservation};
 use crate::store::{
     ClaimedJob, GroupCommit, InsertOutcome, NewEvent, Pacing, PreClaim, Store, StoreError,
 };
-use crate::worker::{Handoff, Reservation};
 
 /// An event to store, owning its data so it can wait in the queue.
 #[derive(Debug)]
@@ -102,7 +102,7 @@ impl IngestBatcher {
     }
 
     /// From now on, new jobs go straight to this process's workers when they have room
-    /// (see `worker::Handoff`). At most once; later calls are ignored.
+    /// (see `queue::Handoff`). At most once; later calls are ignored.
     pub fn hand_off_to(&self, handoff: Handoff) {
         let _ = self.handoff.set(handoff);
     }

@@ -1,14 +1,53 @@
-//! The admin side of `Store`: listing, replay, dead letters and Idempotency-Key records.
+//! The admin side of `Store`: listing, replay and dead letters, one statement text for both
+//! databases.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::codec::{At, Id};
+use super::rows::{JobRow, SummaryRow, JOB_COLUMNS, SUMMARY_COLUMNS};
 use super::{
-    BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
-    NewJob, PageCursor, ProgressKey, SavedResponse, Store, StoreError,
+    admin_sql, codec, BulkProgress, DeadLetterFilter, EventFilter, EventSummary, JobWithEvent,
+    NewJob, PageCursor, ProgressKey, SavedResponse, Store, StoreError, StoredJob,
 };
 use crate::domain::JobId;
+
+/// A dead letter's row: the job's columns and its event's summary.
+#[derive(sqlx::FromRow)]
+struct JobWithEventRow {
+    #[sqlx(flatten)]
+    job: JobRow,
+    #[sqlx(flatten)]
+    event: SummaryRow,
+}
+
+impl TryFrom<JobWithEventRow> for JobWithEvent {
+    type Error = StoreError;
+
+    fn try_from(r: JobWithEventRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            job: StoredJob::try_from(r.job)?,
+            event: r.event.into(),
+        })
+    }
+}
+
+/// Inserts one pending job, due now.
+macro_rules! insert_job {
+    ($tx:ident, $job:expr, $now:expr) => {
+        sqlx::query(
+            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+             created_at, updated_at) VALUES ($1, $2, $3, 'pending', 0, $4, $4, $4)",
+        )
+        .bind(Id::from($job.id))
+        .bind(Id::from($job.event_id))
+        .bind(&$job.destination)
+        .bind(At($now))
+        .execute(&mut *$tx)
+        .await?
+    };
+}
 
 impl Store {
     /// Events of the filter's tenant, newest first, after the keyset position `after`.
@@ -19,12 +58,17 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<EventSummary>, StoreError> {
         filter.check()?;
-        dispatch!(self, s => s.list_events(filter, after, limit).await)
+        let built = admin_sql::list_events(filter, after, limit);
+        let rows: Vec<SummaryRow> = dispatch!(self, s =>
+            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&s.pool).await?);
+        Ok(rows.into_iter().map(EventSummary::from).collect())
     }
 
     pub async fn count_matching_events(&self, filter: &EventFilter) -> Result<i64, StoreError> {
         filter.check()?;
-        dispatch!(self, s => s.count_matching_events(filter).await)
+        let built = admin_sql::count_events(filter);
+        Ok(dispatch!(self, s =>
+            bind_built!(sqlx::query_scalar(&built.sql), built).fetch_one(&s.pool).await?))
     }
 
     pub async fn list_dead_letters(
@@ -34,7 +78,10 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<JobWithEvent>, StoreError> {
         filter.check()?;
-        dispatch!(self, s => s.list_dead_letters(filter, after, limit).await)
+        let built = admin_sql::list_dead_letters(filter, after, limit);
+        let rows: Vec<JobWithEventRow> = dispatch!(self, s =>
+            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&s.pool).await?);
+        rows.into_iter().map(JobWithEvent::try_from).collect()
     }
 
     /// The job with its event, if the event belongs to `tenant`.
@@ -43,7 +90,16 @@ impl Store {
         job: JobId,
         tenant: &str,
     ) -> Result<Option<JobWithEvent>, StoreError> {
-        dispatch!(self, s => s.find_job(job, tenant).await)
+        let sql = format!(
+            "SELECT {JOB_COLUMNS}, {SUMMARY_COLUMNS} FROM jobs j JOIN events e \
+             ON e.id = j.event_id WHERE j.id = $1 AND e.tenant = $2"
+        );
+        let row: Option<JobWithEventRow> = dispatch!(self, s => sqlx::query_as(&sql)
+            .bind(Id::from(job))
+            .bind(tenant)
+            .fetch_optional(&s.pool)
+            .await?);
+        row.map(JobWithEvent::try_from).transpose()
     }
 
     /// Creates pending jobs and, in the same transaction, saves the idempotent response.
@@ -53,10 +109,21 @@ impl Store {
         now: DateTime<Utc>,
         save: Option<&SavedResponse<'_>>,
     ) -> Result<(), StoreError> {
-        dispatch!(self, s => s.create_jobs(jobs, now, save).await)
+        in_write_tx!(self, tx => {
+            for job in jobs {
+                insert_job!(tx, job, now);
+            }
+            if let Some(save) = save {
+                save_response!(tx, save, now);
+            }
+        });
+        self.wake_workers();
+        Ok(())
     }
 
-    /// One committed batch of a bulk replay; `routes` maps a source to its destinations.
+    /// One committed batch of a bulk replay: one new job per destination that the source of
+    /// each event matching `filter` after `progress.after` routes to (`routes`). Commits the
+    /// batch with the progress.
     pub async fn replay_events_batch(
         &self,
         filter: &EventFilter,
@@ -67,9 +134,41 @@ impl Store {
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
         filter.check()?;
-        dispatch!(self, s => s.replay_events_batch(filter, progress, limit, routes, now, key).await)
+        let built = admin_sql::list_events(filter, progress.after, limit);
+        let next = in_write_tx!(self, tx => {
+            let rows: Vec<SummaryRow> =
+                bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&mut *tx).await?;
+            let events: Vec<EventSummary> = rows.into_iter().map(EventSummary::from).collect();
+            for event in &events {
+                for destination in routes.get(&event.source).into_iter().flatten() {
+                    let job = NewJob {
+                        id: JobId::generate(),
+                        event_id: event.id,
+                        destination: destination.clone(),
+                    };
+                    insert_job!(tx, job, now);
+                }
+            }
+            let next = BulkProgress {
+                after: events.last().map(|e| PageCursor {
+                    at: e.received_at,
+                    id: e.id.as_uuid(),
+                }),
+                done: progress.done + events.len() as i64,
+            };
+            if let Some(key) = key {
+                save_progress!(tx, key, &next, now);
+            }
+            next
+        });
+        self.wake_workers();
+        Ok(BulkProgress {
+            after: next.after.or(progress.after),
+            ..next
+        })
     }
 
+    /// Puts one dead letter back to `pending` with a fresh schedule; false if it is not one.
     pub async fn retry_dead_letter(
         &self,
         job: JobId,
@@ -77,7 +176,27 @@ impl Store {
         now: DateTime<Utc>,
         save: Option<&SavedResponse<'_>>,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.retry_dead_letter(job, tenant, now, save).await)
+        in_write_tx!(self, tx => {
+            let done = sqlx::query(
+                "UPDATE jobs SET status = 'pending', attempts = 0, next_attempt_at = $1, \
+                 updated_at = $1 WHERE id = $2 AND status = 'failed' AND discarded_at IS NULL \
+                 AND event_id IN (SELECT id FROM events WHERE tenant = $3)",
+            )
+            .bind(At(now))
+            .bind(Id::from(job))
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            if let Some(save) = save {
+                save_response!(tx, save, now);
+            }
+        });
+        self.wake_workers();
+        Ok(true)
     }
 
     /// One committed batch of a bulk dead-letter retry.
@@ -90,7 +209,23 @@ impl Store {
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
         filter.check()?;
-        dispatch!(self, s => s.retry_dead_letters_batch(filter, progress, limit, now, key).await)
+        let built = admin_sql::retry_dead_letters(filter, now, limit);
+        let next = in_write_tx!(self, tx => {
+            let n = bind_built!(sqlx::query(&built.sql), built)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected() as i64;
+            let next = BulkProgress {
+                after: None,
+                done: progress.done + n,
+            };
+            if let Some(key) = key {
+                save_progress!(tx, key, &next, now);
+            }
+            next
+        });
+        self.wake_workers();
+        Ok(next)
     }
 
     /// Discards up to `limit` dead letters matching `filter`; returns how many.
@@ -101,7 +236,13 @@ impl Store {
         limit: i64,
     ) -> Result<u64, StoreError> {
         filter.check()?;
-        dispatch!(self, s => s.discard_dead_letters_batch(filter, now, limit).await)
+        let built = admin_sql::discard_dead_letters(filter, now, limit);
+        Ok(
+            dispatch!(self, s => bind_built!(sqlx::query(&built.sql), built)
+            .execute(&s.pool)
+            .await?
+            .rows_affected()),
+        )
     }
 
     pub async fn discard_dead_letter(
@@ -110,41 +251,16 @@ impl Store {
         tenant: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.discard_dead_letter(job, tenant, now).await)
-    }
-
-    /// Records that a request with this key starts, or says how an earlier one stands.
-    pub async fn idempotency_begin(
-        &self,
-        tenant: &str,
-        key: &str,
-        request_hash: &str,
-        now: DateTime<Utc>,
-        stale_before: DateTime<Utc>,
-    ) -> Result<IdempotencyBegin, StoreError> {
-        dispatch!(self, s => s.idempotency_begin(tenant, key, request_hash, now, stale_before).await)
-    }
-
-    /// Saves a response that changed nothing (a 4xx).
-    pub async fn idempotency_save(
-        &self,
-        save: &SavedResponse<'_>,
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        dispatch!(self, s => s.idempotency_save(save, now).await)
-    }
-
-    /// Forgets a started key (after a 5xx), so the client may retry.
-    pub async fn idempotency_release(&self, tenant: &str, key: &str) -> Result<(), StoreError> {
-        dispatch!(self, s => s.idempotency_release(tenant, key).await)
-    }
-
-    /// Deletes up to `limit` records created before `created_before`.
-    pub async fn sweep_idempotency(
-        &self,
-        created_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.sweep_idempotency(created_before, limit).await)
+        const SQL: &str = "UPDATE jobs SET discarded_at = $1, updated_at = $1 WHERE id = $2 \
+            AND status = 'failed' AND discarded_at IS NULL \
+            AND event_id IN (SELECT id FROM events WHERE tenant = $3)";
+        let done = dispatch!(self, s => sqlx::query(SQL)
+            .bind(At(now))
+            .bind(Id::from(job))
+            .bind(tenant)
+            .execute(&s.pool)
+            .await?
+            .rows_affected());
+        Ok(done == 1)
     }
 }

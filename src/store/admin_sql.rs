@@ -1,16 +1,11 @@
-//! The admin queries' SQL, built once for both backends. Only placeholders differ (`$1` or
-//! `?1`); each backend binds the `Arg`s in its own types (times, uuids).
+//! The admin queries' SQL, built from their filters. The text is the same for both
+//! databases (sqlx's SQLite driver reads `$N` as the N-th argument); the `Arg`s are bound
+//! through `codec`, which stores times and ids as each schema does.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::admin_types::{DeadLetterFilter, EventFilter, PageCursor};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Dialect {
-    Postgres,
-    Sqlite,
-}
 
 #[derive(Debug, Clone)]
 pub(super) enum Arg {
@@ -24,35 +19,24 @@ pub(super) enum Arg {
 pub(super) struct Built {
     pub sql: String,
     pub args: Vec<Arg>,
-    dialect: Dialect,
 }
 
 impl Built {
-    fn new(dialect: Dialect) -> Self {
+    fn new() -> Self {
         Self {
             sql: String::new(),
             args: Vec::new(),
-            dialect,
         }
     }
 
     /// Adds an argument and returns its placeholder.
     fn arg(&mut self, a: Arg) -> String {
         self.args.push(a);
-        match self.dialect {
-            Dialect::Postgres => format!("${}", self.args.len()),
-            Dialect::Sqlite => format!("?{}", self.args.len()),
-        }
+        format!("${}", self.args.len())
     }
 }
 
-pub(super) const SUMMARY_COLUMNS: &str = "e.id AS e_id, e.tenant AS e_tenant, \
-    e.source AS e_source, e.provider_event_id AS e_provider_event_id, \
-    e.event_type AS e_event_type, e.received_at AS e_received_at, \
-    e.verified_secret_index AS e_verified_secret_index";
-
-pub(super) const JOB_COLUMNS_J: &str = "j.id, j.event_id, j.destination, j.status, j.attempts, \
-    j.next_attempt_at, j.locked_until, j.last_error, j.created_at, j.updated_at, j.discarded_at";
+use super::rows::{JOB_COLUMNS, SUMMARY_COLUMNS};
 
 fn event_conditions(b: &mut Built, f: &EventFilter) -> String {
     let mut c = format!("e.tenant = {}", b.arg(Arg::Text(f.tenant.clone())));
@@ -81,13 +65,8 @@ fn event_conditions(b: &mut Built, f: &EventFilter) -> String {
 }
 
 /// Events matching `f`, newest first, after the keyset position `after`.
-pub(super) fn list_events(
-    d: Dialect,
-    f: &EventFilter,
-    after: Option<PageCursor>,
-    limit: i64,
-) -> Built {
-    let mut b = Built::new(d);
+pub(super) fn list_events(f: &EventFilter, after: Option<PageCursor>, limit: i64) -> Built {
+    let mut b = Built::new();
     let mut c = event_conditions(&mut b, f);
     if let Some(p) = after {
         let (at, id) = (b.arg(Arg::Time(p.at)), b.arg(Arg::Id(p.id)));
@@ -120,12 +99,11 @@ fn dead_letter_conditions(b: &mut Built, f: &DeadLetterFilter) -> String {
 
 /// Dead letters matching `f`, most recently failed first.
 pub(super) fn list_dead_letters(
-    d: Dialect,
     f: &DeadLetterFilter,
     after: Option<PageCursor>,
     limit: i64,
 ) -> Built {
-    let mut b = Built::new(d);
+    let mut b = Built::new();
     let mut c = dead_letter_conditions(&mut b, f);
     if let Some(p) = after {
         let (at, id) = (b.arg(Arg::Time(p.at)), b.arg(Arg::Id(p.id)));
@@ -133,20 +111,15 @@ pub(super) fn list_dead_letters(
     }
     let limit = b.arg(Arg::Int(limit));
     b.sql = format!(
-        "SELECT {JOB_COLUMNS_J}, {SUMMARY_COLUMNS} FROM jobs j JOIN events e ON e.id = j.event_id \
+        "SELECT {JOB_COLUMNS}, {SUMMARY_COLUMNS} FROM jobs j JOIN events e ON e.id = j.event_id \
          WHERE {c} ORDER BY j.updated_at DESC, j.id DESC LIMIT {limit}"
     );
     b
 }
 
 /// Puts up to `limit` dead letters matching `f` back to `pending` with a fresh schedule.
-pub(super) fn retry_dead_letters(
-    d: Dialect,
-    f: &DeadLetterFilter,
-    now: DateTime<Utc>,
-    limit: i64,
-) -> Built {
-    let mut b = Built::new(d);
+pub(super) fn retry_dead_letters(f: &DeadLetterFilter, now: DateTime<Utc>, limit: i64) -> Built {
+    let mut b = Built::new();
     let c = dead_letter_conditions(&mut b, f);
     let limit = b.arg(Arg::Int(limit));
     let now = b.arg(Arg::Time(now));
@@ -159,13 +132,8 @@ pub(super) fn retry_dead_letters(
 }
 
 /// Discards up to `limit` dead letters matching `f`.
-pub(super) fn discard_dead_letters(
-    d: Dialect,
-    f: &DeadLetterFilter,
-    now: DateTime<Utc>,
-    limit: i64,
-) -> Built {
-    let mut b = Built::new(d);
+pub(super) fn discard_dead_letters(f: &DeadLetterFilter, now: DateTime<Utc>, limit: i64) -> Built {
+    let mut b = Built::new();
     let c = dead_letter_conditions(&mut b, f);
     let limit = b.arg(Arg::Int(limit));
     let now = b.arg(Arg::Time(now));
@@ -177,8 +145,8 @@ pub(super) fn discard_dead_letters(
 }
 
 /// Counts events matching `f`.
-pub(super) fn count_events(d: Dialect, f: &EventFilter) -> Built {
-    let mut b = Built::new(d);
+pub(super) fn count_events(f: &EventFilter) -> Built {
+    let mut b = Built::new();
     let c = event_conditions(&mut b, f);
     b.sql = format!("SELECT COUNT(*) FROM events e WHERE {c}");
     b

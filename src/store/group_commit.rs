@@ -36,7 +36,7 @@ pub struct Pacing {
     /// flight, up to this long, and then writes everything waiting at once. So the writers
     /// take turns and each batch holds what arrived during the last one. Where a statement
     /// costs the database more than the sync after it, larger batches raise what it can take
-    /// (bench/RESULTS.md, session 22). A batch that takes longer, such as one waiting on a
+    /// (measured; see docs/decisions/). A batch that takes longer, such as one waiting on a
     /// lock or a slow sync, is relieved: the next writer goes ahead without it.
     pub relieve_after: Option<Duration>,
 }

@@ -1,6 +1,11 @@
-//! All SQL lives below this module: one file per backend. Callers see only `Store`.
+//! All SQL lives below this module; callers see only `Store`. A statement both databases run
+//! is written once with `$N` placeholders (sqlx's SQLite driver binds `$N` to the N-th
+//! argument, as PostgreSQL does) and run on whichever pool is in use (`dispatch!`,
+//! `in_write_tx!`); ids and times, which the schemas store differently, are bound and read
+//! through `codec`. `postgres/` and `sqlite/` hold only what the databases do differently.
 
-/// Runs the same call on whichever backend is in use.
+/// Runs the same code on whichever backend is in use: `$body` is expanded once per backend,
+/// with `$s` that backend's store.
 macro_rules! dispatch {
     ($self:ident, $s:ident => $body:expr) => {
         match $self {
@@ -10,29 +15,65 @@ macro_rules! dispatch {
     };
 }
 
+/// Runs `$body` in a write transaction on whichever backend is in use and commits it; the
+/// body's value is the result. PostgreSQL begins on the durable pool; SQLite begins
+/// IMMEDIATE on a connection holding this process's write turn, so the transaction never
+/// has to upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
+/// The body may `return` early, which rolls the transaction back.
+macro_rules! in_write_tx {
+    ($self:ident, $tx:ident => $body:expr) => {
+        match $self {
+            Store::Postgres(s) => {
+                let mut $tx = s.pool.begin().await?;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+            Store::Sqlite(s) => {
+                let (mut conn, _turn) = s.write_connection().await?;
+                let mut $tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+        }
+    };
+}
+
+/// Binds a built statement's arguments (`admin_sql::Built`) to `$query`.
+macro_rules! bind_built {
+    ($query:expr, $built:expr) => {
+        $built.args.iter().fold($query, |q, a| match a {
+            admin_sql::Arg::Text(v) => q.bind(v.as_str()),
+            admin_sql::Arg::Time(v) => q.bind(codec::At(*v)),
+            admin_sql::Arg::Id(v) => q.bind(codec::Id(*v)),
+            admin_sql::Arg::Int(v) => q.bind(*v),
+        })
+    };
+}
+
+#[macro_use]
+mod idempotency;
 mod admin;
 mod admin_sql;
 mod admin_types;
 mod batch;
-mod gauges_sql;
+mod codec;
 mod group_commit;
 mod held;
-mod idempotency;
+mod missing_jobs;
 mod postgres;
+mod queue;
+mod reads;
+mod retention;
+mod rows;
 mod sessions;
 mod sqlite;
 mod types;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
-use uuid::Uuid;
-
 use crate::config::DatabaseConfig;
-use crate::domain::{EventId, JobId};
-use crate::queue::JobStatus;
 
 pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
@@ -40,6 +81,7 @@ pub use admin_types::{
 };
 pub use group_commit::{GroupCommit, Pacing};
 pub use postgres::PgStore;
+pub use queue::JobWaker;
 pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
@@ -53,10 +95,10 @@ pub use types::{
 /// flush waits for the writes queued ahead of it. A round's sync is as long as the pages it
 /// copied, and most of those are the dedupe index's leaves, one per event (its keys are
 /// random), which fewer rounds do not save; more rounds cost only the right-most pages of
-/// the other indexes, copied again each time. Measured (bench/RESULTS.md): 1 s to 250 ms took
-/// the p99 at 4,000 events/s from 12-69 ms to 6.7-9.5 ms (session 3); 250 ms to 25 ms took
-/// the p99 at half the maximum rate at FULL from 23.7-26.4 ms to 7.6-8.3 ms, for about 6 %
-/// of the maximum rate (session 25). While there is nothing to copy, rounds slow down.
+/// the other indexes, copied again each time. Measured (see docs/decisions/): 1 s to 250 ms
+/// took the p99 at 4,000 events/s from 12-69 ms to 6.7-9.5 ms; 250 ms to 25 ms took the p99
+/// at half the maximum rate at FULL from 23.7-26.4 ms to 7.6-8.3 ms, for about 6 % of the
+/// maximum rate. While there is nothing to copy, rounds slow down.
 pub const SQLITE_CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
 
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +183,13 @@ impl Store {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        dispatch!(self, s => s.migrate().await)
+        static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+        static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+        match self {
+            Self::Postgres(s) => POSTGRES.run(&s.pool).await?,
+            Self::Sqlite(s) => SQLITE.run(&s.pool).await?,
+        }
+        Ok(())
     }
 
     /// Succeeds only while the store could take a write.
@@ -169,156 +217,13 @@ impl Store {
         dispatch!(self, s => s.insert_events(events).await)
     }
 
-    pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {
-        dispatch!(self, s => s.get_event(id).await)
-    }
-
-    pub async fn find_event(
-        &self,
-        source: &str,
-        provider_event_id: &str,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        dispatch!(self, s => s.find_event(source, provider_event_id).await)
-    }
-
-    pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
-        dispatch!(self, s => s.jobs_for_event(id).await)
-    }
-
-    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
-        dispatch!(self, s => s.get_job(id).await)
-    }
-
-    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
-        dispatch!(self, s => s.attempts_for_job(id).await)
-    }
-
-    pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        dispatch!(self, s => s.count_jobs_by_status().await)
-    }
-
-    /// Age of the oldest due pending job: how far delivery is behind.
-    pub async fn delivery_lag(&self, now: DateTime<Utc>) -> Result<Duration, StoreError> {
-        dispatch!(self, s => s.delivery_lag(now).await)
-    }
-
     /// (connections open, idle, maximum) of the pool.
     pub fn pool_usage(&self) -> (u32, usize, u32) {
-        dispatch!(self, s => s.pool_usage())
-    }
-
-    /// Deletes up to `limit` events received before the time whose jobs are all finished,
-    /// with their jobs and attempts.
-    pub async fn delete_expired_events(
-        &self,
-        received_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.delete_expired_events(received_before, limit).await)
-    }
-
-    /// Empties the body and headers and deletes the jobs of up to `limit` settled events
-    /// received before the time, keeping the row so its provider id still dedupes.
-    pub async fn purge_expired_events(
-        &self,
-        received_before: DateTime<Utc>,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.purge_expired_events(received_before, now, limit).await)
-    }
-
-    pub async fn count_events(&self) -> Result<i64, StoreError> {
-        dispatch!(self, s => s.count_events().await)
-    }
-
-    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
-        dispatch!(self, s => s.count_jobs(status).await)
-    }
-
-    /// Claims up to `limit` due jobs of one destination: each becomes `in_progress` until
-    /// `lease_until` under a fresh claim token, and its attempt count goes up by one. Commits
-    /// before returning, so no lock is held while the caller delivers.
-    pub async fn claim_jobs(
-        &self,
-        destination: &str,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>, StoreError> {
-        dispatch!(self, s => s.claim_jobs(destination, limit, now, lease_until).await)
-    }
-
-    /// Records the attempt and, only if `claim_token` still holds the job, applies `update`.
-    /// Returns whether the update applied: `false` means the lease was lost and a newer
-    /// claim owns the job; the attempt is then recorded as `lease_lost`.
-    pub async fn finish_job(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        update: JobUpdate,
-        record: &AttemptRecord,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let outcome = JobOutcome {
-            job,
-            claim_token,
-            update,
-            record: record.clone(),
-            now,
-        };
-        let applied = self.finish_jobs(std::slice::from_ref(&outcome)).await?;
-        Ok(applied.first().copied().unwrap_or(false))
-    }
-
-    /// `finish_job` for many jobs in one transaction; whether each update applied, in order.
-    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
-        if outcomes.is_empty() {
-            return Ok(Vec::new());
-        }
-        dispatch!(self, s => s.finish_jobs(outcomes).await)
-    }
-
-    /// Extends a lease while its claim holds.
-    pub async fn renew_lease(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        until: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.renew_lease(job, claim_token, until).await)
-    }
-
-    pub async fn expired_leases(
-        &self,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<ExpiredLease>, StoreError> {
-        dispatch!(self, s => s.expired_leases(now, limit).await)
-    }
-
-    /// Reads the next `limit` events of `source` after `after`, in arrival order, and creates
-    /// the job for `destination` of each that has none. A sweep is a series of these steps,
-    /// so no statement reads more than `limit` events: on PostgreSQL a long one would hold
-    /// one snapshot for the whole scan, and no dead row anywhere (the queue's among them)
-    /// could be removed until it ended; on SQLite it would hold off the ingest writer.
-    pub async fn create_missing_jobs(
-        &self,
-        source: &str,
-        destination: &str,
-        after: ArrivalCursor,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<MissingJobsStep, StoreError> {
-        dispatch!(self, s => s.create_missing_jobs(source, destination, after, now, limit).await)
-    }
-
-    /// Something to wait on for new jobs: PostgreSQL LISTEN/NOTIFY, or an in-process signal.
-    pub async fn job_waker(&self) -> Result<JobWaker, StoreError> {
-        match self {
-            Self::Postgres(s) => Ok(JobWaker::Postgres(Box::new(s.listen_for_jobs().await?))),
-            Self::Sqlite(s) => Ok(JobWaker::Local(s.job_signal())),
-        }
+        dispatch!(self, s => (
+            s.pool.size(),
+            s.pool.num_idle(),
+            s.pool.options().get_max_connections(),
+        ))
     }
 
     /// The right to run the reconciler's sweep. On PostgreSQL an advisory lock makes it one
@@ -330,28 +235,13 @@ impl Store {
         }
     }
 
+    /// Wakes workers after a commit that queued jobs.
+    pub(crate) fn wake_workers(&self) {
+        dispatch!(self, s => s.wake_workers())
+    }
+
     pub async fn close(&self) {
         dispatch!(self, s => s.close().await)
-    }
-}
-
-pub enum JobWaker {
-    Postgres(Box<sqlx::postgres::PgListener>),
-    Local(Arc<Notify>),
-}
-
-impl JobWaker {
-    /// Returns when new jobs may be due, or after `timeout`, whichever comes first.
-    pub async fn wait(&mut self, timeout: Duration) {
-        match self {
-            Self::Postgres(listener) => {
-                // An error (connection lost) degrades to polling; sqlx reconnects on next recv.
-                let _ = tokio::time::timeout(timeout, listener.recv()).await;
-            }
-            Self::Local(notify) => {
-                let _ = tokio::time::timeout(timeout, notify.notified()).await;
-            }
-        }
     }
 }
 

@@ -1,38 +1,26 @@
 //! PostgreSQL backend: for production and for several gateway processes sharing one database.
 
-mod admin;
 mod ingest;
-mod missing_jobs;
-mod retention;
+mod queue;
 mod wakeups;
 
-use std::collections::HashSet;
 use std::str::FromStr;
 
-use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::PgConnection;
-use sqlx::Row;
-use uuid::Uuid;
 
 use super::held::HeldConnections;
-use super::{
-    headers_from_json, AttemptOutcome, ClaimedJob, ExpiredLease, JobOutcome, StoreError,
-    StoredAttempt, StoredEvent, StoredJob,
-};
+use super::StoreError;
 use crate::config::DatabaseConfig;
-use crate::domain::{EventId, JobId};
-use crate::queue::JobStatus;
 
 const JOBS_CHANNEL: &str = "hookgate_jobs";
 /// Arbitrary, fixed: the advisory lock key that elects one reconciler at a time.
 const RECONCILE_LOCK_KEY: i64 = 0x686f_6f6b_6761_7465;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    /// The durable pool, for the statements both stores share.
+    pub(super) pool: PgPool,
     /// Delivery bookkeeping (claims, outcomes, lease renewals) commits without waiting for
     /// the WAL flush: if the database crashes and loses the last few of these commits, a
     /// claim is simply not taken, or a job stays `in_progress` until its lease expires and it
@@ -63,56 +51,6 @@ pub struct PgStore {
     job_wakeups: std::sync::Arc<wakeups::JobWakeups>,
 }
 
-const JOB_COLUMNS: &str = "id, event_id, destination, status, attempts, next_attempt_at, \
-    locked_until, last_error, created_at, updated_at, discarded_at";
-
-const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, event_type, received_at, \
-    content_type, headers::text AS headers, body, verified_scheme, verified_secret_index";
-
-/// Delivery outcomes, many at once (see `finish_jobs`). A job is matched by id and claim
-/// token alone: a token is set only together with `status = 'in_progress'`, and every
-/// statement that ends the claim clears it. Naming the status as well would offer the
-/// planner a second way in, every `in_progress` entry of `jobs_lease_idx` (dead ones
-/// included), which it takes when the statistics say few jobs are in progress.
-const FINISH_JOBS_SQL: &str = "\
-    WITH o AS ( \
-        SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], \
-            $6::timestamptz[], $7::uuid[], $8::int4[], $9::text[], $10::timestamptz[], \
-            $11::int8[], $12::int4[], $13::text[]) \
-            AS o(job_id, token, status, next_at, error, now, attempt_id, attempt, worker_id, \
-                started_at, duration_ms, status_code, outcome) \
-    ), applied AS ( \
-        UPDATE jobs j SET status = o.status, \
-            next_attempt_at = COALESCE(o.next_at, j.next_attempt_at), last_error = o.error, \
-            locked_until = NULL, claim_token = NULL, updated_at = o.now \
-        FROM o WHERE j.id = o.job_id AND j.claim_token = o.token \
-        RETURNING j.id \
-    ), recorded AS ( \
-        INSERT INTO delivery_attempts (id, job_id, attempt, worker_id, started_at, \
-            duration_ms, status_code, error, outcome) \
-        SELECT o.attempt_id, o.job_id, o.attempt, o.worker_id, o.started_at, o.duration_ms, \
-            o.status_code, o.error, \
-            CASE WHEN o.job_id IN (SELECT id FROM applied) THEN o.outcome ELSE $14 END \
-        FROM o \
-    ) \
-    SELECT id FROM applied";
-
-/// Claims up to `$3` due jobs of one destination (see `claim_jobs`).
-const CLAIM_JOBS_SQL: &str = "\
-    WITH due AS ( \
-        SELECT id FROM jobs \
-        WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2 \
-        ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED \
-     ), claimed AS ( \
-        UPDATE jobs j SET status = 'in_progress', attempts = j.attempts + 1, \
-            locked_until = $4, claim_token = $5, updated_at = $2 \
-        FROM due WHERE j.id = due.id \
-        RETURNING j.id, j.claim_token, j.attempts, j.destination, j.event_id \
-     ) \
-     SELECT c.id, c.claim_token, c.attempts, c.destination, c.event_id, e.source, \
-        e.event_type, e.provider_event_id, e.content_type, e.body \
-     FROM claimed c JOIN events e ON e.id = c.event_id";
-
 impl PgStore {
     pub fn connect(config: &DatabaseConfig) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(&config.url).map_err(StoreError::Database)?;
@@ -138,256 +76,9 @@ impl PgStore {
         })
     }
 
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
-    }
-
-    pub async fn get_event(&self, id: EventId) -> Result<Option<StoredEvent>, StoreError> {
-        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| event_from_row(&r)).transpose()
-    }
-
-    pub async fn find_event(
-        &self,
-        source: &str,
-        provider_event_id: &str,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND provider_event_id = $2"
-        );
-        let row = sqlx::query(&sql)
-            .bind(source)
-            .bind(provider_event_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| event_from_row(&r)).transpose()
-    }
-
-    pub async fn jobs_for_event(&self, id: EventId) -> Result<Vec<StoredJob>, StoreError> {
-        let sql =
-            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE event_id = $1 ORDER BY destination, id");
-        let rows = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(job_from_row).collect()
-    }
-
-    pub async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(job_from_row).transpose()
-    }
-
-    pub async fn attempts_for_job(&self, id: JobId) -> Result<Vec<StoredAttempt>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT job_id, attempt, worker_id, started_at, duration_ms, status_code, error, \
-             outcome FROM delivery_attempts WHERE job_id = $1 ORDER BY id",
-        )
-        .bind(id.as_uuid())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StoredAttempt {
-                    job_id: JobId::from_uuid(r.try_get("job_id")?),
-                    attempt: r.try_get("attempt")?,
-                    worker_id: r.try_get("worker_id")?,
-                    started_at: r.try_get("started_at")?,
-                    duration_ms: r.try_get("duration_ms")?,
-                    status_code: r.try_get("status_code")?,
-                    error: r.try_get("error")?,
-                    outcome: r.try_get("outcome")?,
-                })
-            })
-            .collect()
-    }
-
-    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = $1")
-                .bind(status.as_str())
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
-
-    pub async fn claim_jobs(
-        &self,
-        destination: &str,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>, StoreError> {
-        // SKIP LOCKED lets concurrent workers claim disjoint batches without waiting; the
-        // statement is its own transaction, so nothing stays locked during delivery.
-        let token = crate::domain::time_ordered_uuid();
-        let rows = self
-            .relaxed_connections
-            .run(async |conn: &mut PgConnection| {
-                sqlx::query(CLAIM_JOBS_SQL)
-                    .bind(destination)
-                    .bind(now)
-                    .bind(limit)
-                    .bind(lease_until)
-                    .bind(token)
-                    .fetch_all(conn)
-                    .await
-            })
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ClaimedJob {
-                    job_id: JobId::from_uuid(r.try_get("id")?),
-                    claim_token: r.try_get("claim_token")?,
-                    attempt: r.try_get("attempts")?,
-                    destination: r.try_get("destination")?,
-                    event_id: EventId::from_uuid(r.try_get("event_id")?),
-                    source: r.try_get("source")?,
-                    event_type: r.try_get("event_type")?,
-                    provider_event_id: r.try_get("provider_event_id")?,
-                    content_type: r.try_get("content_type")?,
-                    body: r.try_get("body")?,
-                })
-            })
-            .collect()
-    }
-
-    /// One statement for the whole batch: every update applies only where its claim token
-    /// still holds the job, and every attempt is recorded (as `lease_lost` where it did not).
-    pub async fn finish_jobs(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {
-        let statuses: Vec<_> = outcomes.iter().map(JobOutcome::status).collect();
-        let query = sqlx::query_scalar(FINISH_JOBS_SQL)
-            .bind(outcomes.iter().map(|o| o.job.as_uuid()).collect::<Vec<_>>())
-            .bind(outcomes.iter().map(|o| o.claim_token).collect::<Vec<_>>())
-            .bind(statuses.iter().map(|s| s.0).collect::<Vec<_>>())
-            .bind(statuses.iter().map(|s| s.1).collect::<Vec<_>>())
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.error.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(outcomes.iter().map(|o| o.now).collect::<Vec<_>>())
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|_| crate::domain::time_ordered_uuid())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.attempt)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.worker_id.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.started_at)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.duration_ms)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.status_code)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                outcomes
-                    .iter()
-                    .map(|o| o.record.outcome.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(AttemptOutcome::LeaseLost.as_str());
-        let applied: Vec<Uuid> = self
-            .relaxed_connections
-            .run(async |conn: &mut PgConnection| query.fetch_all(conn).await)
-            .await?;
-        let applied: HashSet<Uuid> = applied.into_iter().collect();
-        Ok(outcomes
-            .iter()
-            .map(|o| applied.contains(&o.job.as_uuid()))
-            .collect())
-    }
-
-    pub async fn renew_lease(
-        &self,
-        job: JobId,
-        claim_token: Uuid,
-        until: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let done = self
-            .relaxed_connections
-            .run(async |conn: &mut PgConnection| {
-                sqlx::query(
-                    "UPDATE jobs SET locked_until = $1 \
-                     WHERE id = $2 AND claim_token = $3 AND status = 'in_progress'",
-                )
-                .bind(until)
-                .bind(job.as_uuid())
-                .bind(claim_token)
-                .execute(conn)
-                .await
-            })
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub async fn expired_leases(
-        &self,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<ExpiredLease>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, claim_token, attempts, destination FROM jobs \
-             WHERE status = 'in_progress' AND locked_until < $1 ORDER BY locked_until LIMIT $2",
-        )
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ExpiredLease {
-                    job_id: JobId::from_uuid(r.try_get("id")?),
-                    claim_token: r.try_get("claim_token")?,
-                    attempts: r.try_get("attempts")?,
-                    destination: r.try_get("destination")?,
-                })
-            })
-            .collect()
-    }
-
-    pub async fn listen_for_jobs(&self) -> Result<PgListener, StoreError> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen(JOBS_CHANNEL).await?;
-        Ok(listener)
     }
 
     /// A session advisory lock on a connection of its own, so that closing the connection
@@ -401,47 +92,14 @@ impl PgStore {
         Ok(locked.then_some(conn))
     }
 
-    /// Jobs that are not finished successfully, by status and destination (succeeded jobs
-    /// are unbounded and left to the delivery counters).
-    pub async fn count_jobs_by_status(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        Ok(sqlx::query_as(super::gauges_sql::COUNT_UNFINISHED_JOBS)
-            .fetch_all(&self.pool)
-            .await?)
+    /// The relaxed pool's held connections, for the queue's bookkeeping (see `relaxed`).
+    pub(super) fn relaxed(&self) -> &HeldConnections<sqlx::Postgres> {
+        &self.relaxed_connections
     }
 
-    /// Age of the oldest due pending job.
-    pub async fn delivery_lag(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<std::time::Duration, StoreError> {
-        let oldest: Option<DateTime<Utc>> =
-            sqlx::query_scalar(&super::gauges_sql::oldest_due_pending("$1"))
-                .bind(now)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(oldest
-            .and_then(|t| (now - t).to_std().ok())
-            .unwrap_or_default())
-    }
-
-    /// (connections open, idle, maximum).
-    /// The durable pool, for the statements both stores share (`store::sessions`).
-    pub(super) fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    pub fn pool_usage(&self) -> (u32, usize, u32) {
-        (
-            self.pool.size(),
-            self.pool.num_idle(),
-            self.pool.options().get_max_connections(),
-        )
-    }
-
-    pub async fn count_events(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM events")
-            .fetch_one(&self.pool)
-            .await?)
+    /// Wakes the workers of every process listening on this database.
+    pub(super) fn wake_workers(&self) {
+        self.job_wakeups.wake();
     }
 
     pub async fn close(&self) {
@@ -462,40 +120,4 @@ pub(super) async fn release_reconcile_lock(mut conn: PgConnection) {
         .execute(&mut conn)
         .await;
     let _ = conn.close().await;
-}
-
-fn event_from_row(r: &PgRow) -> Result<StoredEvent, StoreError> {
-    let received_at: DateTime<Utc> = r.try_get("received_at")?;
-    let headers: String = r.try_get("headers")?;
-    Ok(StoredEvent {
-        id: EventId::from_uuid(r.try_get("id")?),
-        tenant: r.try_get("tenant")?,
-        source: r.try_get("source")?,
-        provider_event_id: r.try_get("provider_event_id")?,
-        event_type: r.try_get("event_type")?,
-        received_at,
-        content_type: r.try_get("content_type")?,
-        headers: headers_from_json(&headers)?,
-        body: r.try_get("body")?,
-        verified_scheme: r.try_get("verified_scheme")?,
-        verified_secret_index: r.try_get("verified_secret_index")?,
-    })
-}
-
-pub(super) fn job_from_row(r: &PgRow) -> Result<StoredJob, StoreError> {
-    let status: String = r.try_get("status")?;
-    Ok(StoredJob {
-        id: JobId::from_uuid(r.try_get("id")?),
-        event_id: EventId::from_uuid(r.try_get("event_id")?),
-        destination: r.try_get("destination")?,
-        status: JobStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("job status {status:?}")))?,
-        attempts: r.try_get("attempts")?,
-        next_attempt_at: r.try_get("next_attempt_at")?,
-        locked_until: r.try_get("locked_until")?,
-        last_error: r.try_get("last_error")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        discarded_at: r.try_get("discarded_at")?,
-    })
 }

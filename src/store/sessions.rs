@@ -1,7 +1,7 @@
 //! Console sessions, kept in the database so that every instance on one PostgreSQL shares
 //! them and a logout ends a session everywhere. The statements are the same on both stores
-//! (times are unix seconds in both schemas; SQLite reads `$N` as the N-th parameter when
-//! they first appear in order), so each is written once and run on whichever pool is in use.
+//! (times are unix seconds in both schemas), so each is written once and run on whichever
+//! pool is in use.
 
 use super::{Store, StoreError};
 
@@ -30,7 +30,7 @@ impl Store {
             .bind(tenant)
             .bind(now)
             .bind(expires_at)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await
             .map(drop)?);
         Ok(())
@@ -44,7 +44,7 @@ impl Store {
             FROM console_sessions WHERE id_sha256 = $1";
         let row: Option<(String, i64, i64, i64)> = dispatch!(self, s => sqlx::query_as(SQL)
             .bind(id_sha256.as_slice())
-            .fetch_optional(s.pool())
+            .fetch_optional(&s.pool)
             .await?);
         Ok(
             row.map(|(tenant, created_at, seen_at, expires_at)| StoredSession {
@@ -62,7 +62,7 @@ impl Store {
         dispatch!(self, s => sqlx::query(SQL)
             .bind(now)
             .bind(id_sha256.as_slice())
-            .execute(s.pool())
+            .execute(&s.pool)
             .await
             .map(drop)?);
         Ok(())
@@ -73,7 +73,7 @@ impl Store {
         const SQL: &str = "DELETE FROM console_sessions WHERE id_sha256 = $1";
         let done = dispatch!(self, s => sqlx::query(SQL)
             .bind(id_sha256.as_slice())
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected());
         Ok(done == 1)
@@ -93,7 +93,7 @@ impl Store {
             .bind(now)
             .bind(idle_before)
             .bind(limit)
-            .execute(s.pool())
+            .execute(&s.pool)
             .await?
             .rows_affected());
         Ok(done)

@@ -23,7 +23,7 @@ pub struct NewEvent<'a> {
     pub verified_secret_index: i32,
     pub destinations: &'a [Name],
     /// Either empty, or one entry per destination: the jobs this process's own workers take
-    /// as they are created (see `worker::Handoff`).
+    /// as they are created (see `queue::Handoff`).
     pub claims: &'a [Option<PreClaim>],
 }
 

@@ -8,15 +8,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
 use crate::delivery::{Deliverer, Delivery};
-use crate::queue::{NextStep, Verdict};
-use crate::store::{
-    AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate, Store,
-};
+use crate::queue::{JobQueue, NextStep, Verdict};
+use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate};
 use crate::telemetry::Metrics;
 
 pub(super) struct Context {
     pub worker_id: String,
-    pub store: Store,
+    pub queue: JobQueue,
     pub outcomes: GroupCommit<JobOutcome, bool>,
     pub config: Arc<GatewayConfig>,
     pub deliverer: Deliverer,
@@ -56,7 +54,7 @@ impl Context {
             return self.finish(&job, JobUpdate::Failed, record).await;
         };
 
-        let heartbeat = self.spawn_lease_renewal(&job);
+        let heartbeat = self.queue.keep_leased(&job, self.config.worker.lease);
         let event_id = job.event_id.to_string();
         let report = self
             .deliverer
@@ -172,27 +170,5 @@ impl Context {
                 false
             }
         }
-    }
-
-    /// Renews the lease every third of its length while a delivery runs, so a slow but
-    /// live delivery is not taken for a crashed one.
-    fn spawn_lease_renewal(&self, job: &ClaimedJob) -> tokio::task::JoinHandle<()> {
-        let store = self.store.clone();
-        let lease = self.config.worker.lease;
-        let (job_id, token) = (job.job_id, job.claim_token);
-        tokio::spawn(async move {
-            let lease_chrono = super::lease_span(lease);
-            loop {
-                tokio::time::sleep(lease / 3).await;
-                match store
-                    .renew_lease(job_id, token, Utc::now() + lease_chrono)
-                    .await
-                {
-                    Ok(true) => {}
-                    Ok(false) => return, // claim lost: nothing left to renew
-                    Err(e) => tracing::warn!(%job_id, error = %e, "lease renewal failed"),
-                }
-            }
-        })
     }
 }

@@ -3,7 +3,6 @@
 
 mod crash;
 mod deliver;
-mod handoff;
 mod reconcile;
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,20 +17,17 @@ use uuid::Uuid;
 use crate::config::GatewayConfig;
 use crate::delivery::Deliverer;
 use crate::domain::JobId;
-use crate::store::{
-    AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate, Pacing, Store,
-    StoreError,
-};
+use crate::queue::{lease_span, HandedOff, Handoff, JobQueue};
+use crate::store::{ClaimedJob, GroupCommit, JobOutcome, Pacing, Store, StoreError};
 use crate::telemetry::Metrics;
 
 pub use crash::{CrashPoint, CrashPoints};
-pub use handoff::{Handoff, Reservation};
 pub use reconcile::{ReconcileReport, Reconciler};
 
 /// One process's delivery workers.
 pub struct Worker {
     id: String,
-    store: Store,
+    queue: JobQueue,
     config: Arc<GatewayConfig>,
     deliverer: Deliverer,
     /// Caps deliveries in flight in this process.
@@ -60,7 +56,7 @@ const OUTCOME_BATCH_MAX: usize = 128;
 /// counts is the database's work per outcome, and each outcome statement is planned afresh
 /// on PostgreSQL (see `PgStore::relaxed`), so fewer, larger batches cost less. Measured
 /// against two writers: a 100k drain 8,112 / 7,888 vs 6,691 / 6,259 deliveries/s
-/// (bench/RESULTS.md, session 7).
+/// (see docs/decisions/).
 const OUTCOME_WRITERS: usize = 1;
 
 impl Worker {
@@ -80,7 +76,7 @@ impl Worker {
                 std::process::id(),
                 &crate::domain::time_ordered_uuid().simple().to_string()[24..]
             ),
-            store,
+            queue: JobQueue::new(store),
             global,
             config,
             deliverer: Deliverer::new(),
@@ -136,7 +132,7 @@ impl Worker {
     /// finish within the grace period, and hands the rest back to the queue.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut waker = loop {
-            match self.store.job_waker().await {
+            match self.queue.waker().await {
                 Ok(w) => break w,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot listen for new jobs; retrying");
@@ -197,7 +193,7 @@ impl Worker {
     fn spawn_handed_off(&self, tasks: &mut JoinSet<()>) -> usize {
         let jobs = self.handoff.take();
         let n = jobs.len();
-        for handoff::HandedOff { job, permits } in jobs {
+        for HandedOff { job, permits } in jobs {
             self.start(job, Permits::Held(permits), tasks);
         }
         n
@@ -245,21 +241,9 @@ impl Worker {
             .collect();
         let now = Utc::now();
         for (job, (token, attempt)) in unfinished {
-            let record = AttemptRecord {
-                attempt,
-                worker_id: self.id.clone(),
-                started_at: now,
-                duration_ms: 0,
-                status_code: None,
-                error: Some("worker shut down before the attempt finished".into()),
-                outcome: AttemptOutcome::Released,
-            };
-            let update = JobUpdate::Retry {
-                next_attempt_at: now,
-            };
             if let Err(e) = self
-                .store
-                .finish_job(job, token, update, &record, now)
+                .queue
+                .hand_back(job, token, attempt, &self.id, now)
                 .await
             {
                 tracing::warn!(job_id = %job, error = %e, "could not release job; its lease will expire");
@@ -285,8 +269,8 @@ impl Worker {
                 continue;
             }
             let jobs = self
-                .store
-                .claim_jobs(name, room as i64, now, now + lease)
+                .queue
+                .claim(name, room as i64, now, now + lease)
                 .await?;
             let backlog = jobs.len() == room;
             claims.backlog |= backlog;
@@ -318,7 +302,7 @@ impl Worker {
         let ctx = self
             .deliveries
             .get_or_init(|| {
-                let store = self.store.clone();
+                let queue = self.queue.clone();
                 let pacing = Pacing {
                     linger: self.config.worker.batch_window,
                     ..Pacing::default()
@@ -328,13 +312,13 @@ impl Worker {
                     OUTCOME_BATCH_MAX,
                     pacing,
                     move |batch: Vec<JobOutcome>| {
-                        let store = store.clone();
-                        async move { store.finish_jobs(&batch).await }
+                        let queue = queue.clone();
+                        async move { queue.finish(&batch).await }
                     },
                 );
                 Arc::new(deliver::Context {
                     worker_id: self.id.clone(),
-                    store: self.store.clone(),
+                    queue: self.queue.clone(),
                     outcomes,
                     config: self.config.clone(),
                     deliverer: self.deliverer.clone(),
@@ -355,11 +339,6 @@ impl Worker {
             }
         }
     }
-}
-
-/// `worker.lease` as the store's clocks take it; 30 s should it be out of chrono's range.
-fn lease_span(lease: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30))
 }
 
 /// A delivery's slots (the process's and its destination's).
@@ -401,7 +380,7 @@ enum NextClaim {
     /// Some due jobs, and every destination got fewer than its room: the queue is keeping
     /// up, so let the next jobs gather for the batch window instead of claiming them one or
     /// two at a time. Each claim is a statement whose fixed cost (planning, a round trip, a
-    /// commit) dwarfs its per-row cost at that size (bench/RESULTS.md, session 8).
+    /// commit) dwarfs its per-row cost at that size (see docs/decisions/).
     After(Duration),
     /// Nothing due, or no room: wait for a new job, a freed slot or the poll interval.
     OnWake,

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
-use crate::store::{ArrivalCursor, AttemptOutcome, AttemptRecord, JobUpdate, Store, StoreError};
+use crate::queue::JobQueue;
+use crate::store::{ArrivalCursor, Store, StoreError};
 use crate::telemetry::Metrics;
 
 const BATCH: i64 = 500;
@@ -45,6 +46,7 @@ pub struct ReconcileReport {
 #[derive(Debug, Clone)]
 pub struct Reconciler {
     store: Store,
+    queue: JobQueue,
     config: Arc<GatewayConfig>,
     crash: CrashPoints,
     metrics: Arc<Metrics>,
@@ -57,6 +59,7 @@ pub struct Reconciler {
 impl Reconciler {
     pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
         Self {
+            queue: JobQueue::new(store.clone()),
             store,
             config,
             crash: CrashPoints::default(),
@@ -117,7 +120,7 @@ impl Reconciler {
     async fn sweep_locked(&self, now: DateTime<Utc>) -> Result<ReconcileReport, StoreError> {
         let mut report = ReconcileReport::default();
         loop {
-            let expired = self.store.expired_leases(now, BATCH).await?;
+            let expired = self.queue.expired(now, BATCH).await?;
             let full = expired.len() as i64 == BATCH;
             for lease in expired {
                 let policy = self
@@ -125,35 +128,7 @@ impl Reconciler {
                     .destinations
                     .get(&lease.destination)
                     .map(|d| &d.retry_policy);
-                // The lost attempt counts: a job whose every attempt crashes its worker must
-                // still end as a dead letter instead of looping forever.
-                let (update, error) = match policy {
-                    Some(p) if lease.attempts < p.max_attempts() => (
-                        JobUpdate::Retry {
-                            next_attempt_at: now,
-                        },
-                        "lease expired: the worker stopped before reporting",
-                    ),
-                    Some(_) => (
-                        JobUpdate::Failed,
-                        "lease expired on the last attempt: retries exhausted",
-                    ),
-                    None => (JobUpdate::Failed, "destination is no longer configured"),
-                };
-                let record = AttemptRecord {
-                    attempt: lease.attempts,
-                    worker_id: "reconciler".into(),
-                    started_at: now,
-                    duration_ms: 0,
-                    status_code: None,
-                    error: Some(error.into()),
-                    outcome: AttemptOutcome::LeaseExpired,
-                };
-                if self
-                    .store
-                    .finish_job(lease.job_id, lease.claim_token, update, &record, now)
-                    .await?
-                {
+                if self.queue.expire(&lease, policy, now).await? {
                     report.expired_leases += 1;
                 }
                 if self.crash.hit(CrashPoint::ReconcileAfterRepair) {

@@ -22,5 +22,6 @@ mod outage;
 mod pools;
 mod retention;
 mod security;
+mod store_conformance;
 mod unstorable;
 mod worker_crash;

@@ -124,7 +124,10 @@ async fn sqlite_commits_leave_checkpoints_to_the_background() {
         sqlite_synchronous: hookgate::config::SqliteSynchronous::Full,
     })
     .unwrap();
-    store.migrate().await.unwrap();
+    hookgate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     // Past SQLite's default auto-checkpoint size (1,000 pages), one commit at a time.
     let body = vec![b'x'; 4096];
     let (tenant, source) = (

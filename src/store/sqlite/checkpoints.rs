@@ -34,7 +34,7 @@
 //! never does, since commits land while it copies, so the file's dirty pages piled up for a
 //! whole restart cycle and whichever checkpoint first reached the end paid for all of them:
 //! one 60-80 ms sync per cycle, about half the time inside the restart, under the write turn
-//! (bench/RESULTS.md, session 14). So each round that copied frames syncs the database file
+//! (measured; see docs/decisions/). So each round that copied frames syncs the database file
 //! itself, on a blocking thread and outside the turn, and the restart's own sync is left
 //! only what arrived since. An extra sync takes nothing from SQLite's own guarantees.
 

@@ -93,7 +93,10 @@ async fn checkpoints_run_on_an_idle_priority_thread_and_copy_the_wal() {
     const SCHED_IDLE: u32 = 5;
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Normal);
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     let (mut conn, idle) = super::checkpoints::connect_idle(&store.pool.connect_options())
         .await
         .unwrap();
@@ -217,7 +220,10 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
     use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Normal);
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     fill(&store, 100_000).await;
 
     let below = checkpointer(&store, 1_000_000).round().await.unwrap();
@@ -257,7 +263,10 @@ async fn a_round_restarts_the_wal_once_it_holds_the_bound_and_no_reader_needs_it
 async fn a_round_that_copied_frames_syncs_the_database_file_and_one_with_nothing_new_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Full);
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     let mut checkpointer = checkpointer(&store, 1_000_000);
     fill(&store, 100_000).await;
     let copied = checkpointer.round().await.unwrap();
@@ -286,7 +295,10 @@ async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_loc
     use crate::domain::{Name, ProviderEventId};
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Normal);
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     fill(&store, 100_000).await;
 
     // An ingest transaction has the turn: the restart waits for it.
@@ -340,7 +352,10 @@ async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_loc
 async fn closing_the_store_closes_the_checkpoint_connections_so_the_wal_is_folded_in_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Full);
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     store.spawn_checkpoints(Duration::from_millis(20));
     fill(&store, 100_000).await;
     // Rounds have opened the checkpoint task's connection by now.
@@ -360,7 +375,10 @@ async fn closing_the_store_closes_the_checkpoint_connections_so_the_wal_is_folde
 async fn the_workers_writes_wait_their_turn_too() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, SqliteSynchronous::Normal);
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     // Ingest's writer has the turn: a claim waits for it rather than for SQLite's lock,
     // where a busy handler's growing sleeps once kept workers or ingest out for seconds.
     let ingesting = store.write_turn.clone().lock_owned().await;
@@ -383,7 +401,10 @@ async fn the_workers_writes_wait_their_turn_too() {
 async fn a_write_that_cannot_get_its_turn_within_the_busy_timeout_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_waiting(&dir, SqliteSynchronous::Normal, Duration::from_millis(200));
-    store.migrate().await.unwrap();
+    crate::store::Store::Sqlite(store.clone())
+        .migrate()
+        .await
+        .unwrap();
     let _held_on = store.write_turn.clone().lock_owned().await;
     let now = chrono::Utc::now();
     let refused = store

@@ -45,7 +45,7 @@ struct Destination {
 }
 
 /// A job committed as claimed by this process, with the slots reserved for it.
-pub(super) struct HandedOff {
+pub struct HandedOff {
     pub job: ClaimedJob,
     pub permits: [OwnedSemaphorePermit; 2],
 }
@@ -59,7 +59,7 @@ pub struct Reservation {
 }
 
 impl Handoff {
-    pub(super) fn new(
+    pub(crate) fn new(
         global: Arc<Semaphore>,
         per_destination: &BTreeMap<String, Arc<Semaphore>>,
         lease: chrono::Duration,
@@ -111,24 +111,24 @@ impl Handoff {
 
     /// The claim loop's finding for `destination`: whether the queue had no more due jobs
     /// than it had room for.
-    pub(super) fn set_keeping_up(&self, destination: &str, keeping_up: bool) {
+    pub(crate) fn set_keeping_up(&self, destination: &str, keeping_up: bool) {
         if let Some(d) = self.inner.per_destination.get(destination) {
             d.keeping_up.store(keeping_up, Ordering::Release);
         }
     }
 
-    pub(super) fn open(&self, open: bool) {
+    pub(crate) fn open(&self, open: bool) {
         self.inner.open.store(open, Ordering::Release);
     }
 
     /// Every job handed off and not yet taken.
-    pub(super) fn take(&self) -> Vec<HandedOff> {
+    pub(crate) fn take(&self) -> Vec<HandedOff> {
         let mut receiver = self.inner.receiver.lock().expect("hand-off receiver");
         std::iter::from_fn(|| receiver.try_recv().ok()).collect()
     }
 
     /// Resolves when a job may have been handed off since the last `take`.
-    pub(super) async fn arrived(&self) {
+    pub(crate) async fn arrived(&self) {
         self.inner.arrived.notified().await;
     }
 }
