@@ -4,8 +4,8 @@
 //! back from the database, and its delivery starts at once.
 //!
 //! Only when the worker has a free slot for the destination and its last claim found no
-//! backlog there: older due jobs go first, and under load everything goes through the queue
-//! as before. The job is stored `in_progress` under a lease like any claimed job, so a crash
+//! backlog there: older due jobs go first, and under load everything goes through the
+//! queue. The job is stored `in_progress` under a lease like any claimed job, so a crash
 //! between the commit and the attempt's outcome is repaired the same way: the lease expires
 //! and the reconciler returns the job to the queue.
 

@@ -33,7 +33,7 @@ pub struct PgStore {
     /// executions and keeps it until the table's statistics change; on a new database that
     /// plan is made while `jobs` holds a few pages, so the outcome statement kept a
     /// sequential scan of all of `jobs` per batch as the table grew (measured: 589 us per
-    /// outcome against 154 us planned afresh, 57 of them planning; bench/RESULTS.md).
+    /// outcome against 154 us planned afresh, 57 of them planning; docs/decisions/delivery-relaxed-pool.md).
     /// Planning costs tens of microseconds per job; a plan that scans the queue costs its
     /// whole size.
     relaxed: PgPool,

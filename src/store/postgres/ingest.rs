@@ -61,8 +61,8 @@ impl PgStore {
     /// Copies of stored events are rare (a provider's retry), so a batch first goes in with
     /// plain inserts, which cost PostgreSQL less than ON CONFLICT's speculative insertion. If
     /// any event in it is already stored, the unique index rejects the whole statement, nothing
-    /// of it is written, and the batch goes again with ON CONFLICT DO NOTHING, which decides
-    /// exactly as before. After such a batch the next ones use ON CONFLICT directly until one
+    /// of it is written, and the batch goes again with ON CONFLICT DO NOTHING, which stores
+    /// each new event once and answers each copy as a duplicate. After such a batch the next ones use ON CONFLICT directly until one
     /// meets no copy, so a burst of retries does not pay twice per batch.
     pub async fn insert_events(
         &self,

@@ -4,7 +4,7 @@
 //! A checkpoint copies every page the WAL holds back into the database file: CPU work, done
 //! every few tens of milliseconds (`store::SQLITE_CHECKPOINT_EVERY`), that competed with the
 //! commits it follows (on a quiet 2-core machine it doubled ingest's p99 at half rate,
-//! bench/RESULTS.md). sqlx runs each SQLite connection on a thread of its own, spawned by
+//! docs/decisions/sqlite-background-checkpoints.md). sqlx runs each SQLite connection on a thread of its own, spawned by
 //! whichever thread opens the connection, and a Linux thread starts with its parent's
 //! scheduling policy; so the checkpoint connection is opened from a short-lived thread that
 //! first puts itself in `SCHED_IDLE`. Its checkpoints then run only on CPU time no other
@@ -60,7 +60,7 @@ const RESTART_WAIT: Duration = Duration::from_millis(50);
 
 /// An idle round that took longer than this was starved. A fixed time, not a count of
 /// intervals: rounds are frequent and small (`Store::spawn_maintenance`), and a machine at
-/// saturation should see a round at normal priority about once a second, as before they were.
+/// saturation sees a round at normal priority about once a second.
 pub const STARVED_AFTER: Duration = Duration::from_secs(1);
 
 /// The longest wait between rounds. While rounds find nothing new to copy, the wait doubles

@@ -3,7 +3,7 @@
 //! from when it was due, so its tail also holds whatever kept a request from reaching the
 //! handler: the loadgen itself, the kernel, a machine short of CPU. The histogram times each
 //! request inside the handler. Side by side, the two tell how much of a tail is the gateway's
-//! (bench/RESULTS.md, session 20, where most of PostgreSQL's worst delays were outside it).
+//! (bench/RESULTS.md, "What limits each figure").
 
 use std::net::SocketAddr;
 

@@ -114,7 +114,7 @@ struct Common {
     /// The gateway's `worker.concurrency`. Large enough that the all-in-one scenarios
     /// measure the gateway rather than its cap on deliveries in flight: with 32, a busy
     /// machine's sink round trips bounded delivery, and new jobs the hand-off had no room
-    /// for took the dearer queue path (bench/RESULTS.md, session 18).
+    /// for took the dearer queue path (docs/decisions/delivery-slots-bound-all-in-one.md).
     #[arg(long, default_value_t = 128)]
     worker_concurrency: usize,
     /// The sink destination's `max_in_flight` (as `--worker-concurrency`).

@@ -3,7 +3,7 @@
 //! into the page cache; with Linux's default policy (`vm.dirty_background_ratio = 10`, a
 //! 30 s expiry) about a gigabyte of them piles up and the flusher writes it in one go every
 //! 30 s, and the WAL fsyncs of every commit queue behind it: 100–400 ms stalls (measured,
-//! bench/RESULTS.md). docs/OPERATIONS.md recommends `vm.dirty_background_bytes = 4 MB` on
+//! docs/decisions/host-writeback-4mb.md). docs/OPERATIONS.md recommends `vm.dirty_background_bytes = 4 MB` on
 //! a database host; the suite applies that for its run when it owns the PostgreSQL cluster,
 //! and puts the old value back when it ends.
 
