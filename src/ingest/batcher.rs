@@ -117,6 +117,11 @@ impl IngestBatcher {
         self.events.submitted()
     }
 
+    /// Returns once `n` requests in all have been submitted.
+    pub async fn submitted_at_least(&self, n: u64) {
+        self.events.submitted_at_least(n).await
+    }
+
     /// Batches committed or failed so far.
     pub fn batches(&self) -> u64 {
         self.events.batches()

@@ -19,6 +19,8 @@ struct Shared<T, R> {
     /// Tests hold this to let items pile up into one batch.
     gate: RwLock<()>,
     submitted: AtomicU64,
+    /// Signalled at each submission (tests wait for items to be queued).
+    queued: Notify,
     batches: AtomicU64,
     /// Writers whose batch is being written now, and a signal each time one finishes.
     writing: AtomicUsize,
@@ -82,6 +84,7 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             receiver: Mutex::new(receiver),
             gate: RwLock::new(()),
             submitted: AtomicU64::new(0),
+            queued: Notify::new(),
             batches: AtomicU64::new(0),
             writing: AtomicUsize::new(0),
             finished: Notify::new(),
@@ -102,16 +105,31 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     pub async fn submit(&self, item: T) -> Result<R, Arc<StoreError>> {
         let stopped = || Arc::new(StoreError::Corrupt("group commit writers stopped".into()));
         let (reply, answer) = oneshot::channel();
-        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
         if self.sender.send((item, reply)).await.is_err() {
             return Err(stopped());
         }
+        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        self.shared.queued.notify_waiters();
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Items submitted so far.
+    /// Items submitted (queued for a writer) so far.
     pub fn submitted(&self) -> u64 {
         self.shared.submitted.load(Ordering::SeqCst)
+    }
+
+    /// Returns once `n` items in all have been submitted.
+    pub async fn submitted_at_least(&self, n: u64) {
+        loop {
+            let queued = self.shared.queued.notified();
+            tokio::pin!(queued);
+            // Registered before the count is read, so a submission in between still wakes it.
+            queued.as_mut().enable();
+            if self.submitted() >= n {
+                return;
+            }
+            queued.await;
+        }
     }
 
     /// Batches written or failed so far.

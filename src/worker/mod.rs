@@ -46,6 +46,9 @@ pub struct Worker {
     deliveries: OnceLock<Arc<deliver::Context>>,
     crash: CrashPoints,
     metrics: Arc<Metrics>,
+    /// Whether the loop is waiting for a wake-up now (tests wait on it, so that only a
+    /// wake-up can deliver what comes next).
+    waiting: watch::Sender<bool>,
 }
 
 /// Outcomes written per transaction, at most.
@@ -88,7 +91,13 @@ impl Worker {
             deliveries: OnceLock::new(),
             crash: CrashPoints::default(),
             metrics: Arc::default(),
+            waiting: watch::Sender::new(false),
         }
+    }
+
+    /// Whether the loop is waiting for a wake-up now (see `run`).
+    pub fn waiting(&self) -> watch::Receiver<bool> {
+        self.waiting.subscribe()
     }
 
     /// Counts attempts into these metrics (by default, into a registry nobody scrapes).
@@ -176,11 +185,14 @@ impl Worker {
                         }
                     };
                     let wait = async {
+                        // Set in the same poll that starts listening below.
+                        self.waiting.send_replace(true);
                         tokio::select! {
                             _ = waker.wait(self.config.worker.poll_interval) => {}
                             _ = freed => {}
                             _ = shutdown.changed() => {}
                         }
+                        self.waiting.send_replace(false);
                     };
                     self.spawning_handed_off(&mut tasks, wait).await;
                 }

@@ -222,7 +222,7 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
         s.worker.poll_interval = "1h".into();
     })
     .await;
-    let worker = app.start_worker();
+    let mut worker = app.start_worker();
     // No wait needed: the worker listens before its first claim, so an event stored before
     // it listens is claimed by that first pass, and one stored after wakes it.
     app.ingest_stripe("evt_wake").await;
@@ -231,16 +231,12 @@ async fn a_running_worker_wakes_for_new_jobs_without_polling(backend: Backend) {
 
     // That first event may have been found by the worker's first claim, with no wake-up at
     // all. Once the worker waits, only a wake-up can deliver: from ingest's commit, and from
-    // an admin replay's. This pause is not what the test waits on (a wake-up, or the claim
-    // pass that precedes the wait, delivers either way): it gives the worker time to finish
-    // that pass and wait, so that the wake-up is the path exercised. The worker does not
-    // expose "waiting" (src/worker), so there is nothing to be notified of.
-    let settled = || tokio::time::sleep(Duration::from_millis(300));
-    settled().await;
+    // an admin replay's.
+    worker.waiting().await;
     let second = app.ingest_stripe("evt_wake_2").await;
     let got = sink.wait_for("/billing", 2, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 2, "a waiting worker was not woken by ingest");
-    settled().await;
+    worker.waiting().await;
     let replay = app
         .admin(
             Method::POST,

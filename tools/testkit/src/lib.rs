@@ -306,8 +306,14 @@ impl TestApp {
     /// Runs a worker's loop in a task of its own until `RunningWorker::stop`.
     pub fn start_worker(&self) -> RunningWorker {
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(std::sync::Arc::new(self.worker()).run(stopped));
-        RunningWorker { stop, task }
+        let worker = std::sync::Arc::new(self.worker());
+        let waiting = worker.waiting();
+        let task = tokio::spawn(worker.run(stopped));
+        RunningWorker {
+            stop,
+            task,
+            waiting,
+        }
     }
 
     pub fn reconciler(&self) -> hookgate::worker::Reconciler {
@@ -405,9 +411,19 @@ pub fn new_event<'a>(
 pub struct RunningWorker {
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    waiting: tokio::sync::watch::Receiver<bool>,
 }
 
 impl RunningWorker {
+    /// Returns once the loop is waiting for a wake-up: only a wake-up (or its poll
+    /// interval) makes it claim again.
+    pub async fn waiting(&mut self) {
+        self.waiting
+            .wait_for(|w| *w)
+            .await
+            .expect("the worker loop runs");
+    }
+
     /// Asks the loop to shut down and waits until it has (in-flight deliveries finished or
     /// handed back).
     pub async fn stop(self) {
