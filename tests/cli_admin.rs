@@ -1,12 +1,13 @@
 //! `hookgate events|replay|dead-letters` run as the real binary against a real `hookgate serve`
-//! (SQLite, `--role api`, so nothing is delivered unless a test starts a worker).
+//! (`--role api`, so nothing is delivered unless a test starts a worker), each test once on
+//! SQLite and once on PostgreSQL.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
+use hookgate_testkit::Backend;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -35,8 +36,29 @@ impl Drop for KillOnDrop {
 }
 
 /// A running `serve --role api` with its own database, and what the tests need to reach it.
+/// Runs a test body once per store, as `sqlite::name` and `postgres::name`.
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(hookgate_testkit::Backend::Sqlite) } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(hookgate_testkit::Backend::Postgres) } )*
+        }
+    };
+}
+
+both_stores!(
+    events_list_show_and_replay_through_the_admin_api,
+    events_show_names_the_secret_that_verified,
+    dead_letters_list_retry_and_discard_through_the_admin_api,
+    errors_name_the_api_code_and_exit_non_zero,
+);
+
+// Dropped in this order: the server before the database it uses.
 struct Gateway {
     _server: KillOnDrop,
+    _database: Option<hookgate_testkit::postgres::TestDatabase>,
     _dir: tempfile::TempDir,
     config: std::path::PathBuf,
     address: String,
@@ -63,7 +85,7 @@ fn spawn_serve(mut cmd: Command) -> (KillOnDrop, String) {
     (child, address)
 }
 
-fn config(db: &Path, destination_url: &str) -> String {
+fn config(database_url: &str, destination_url: &str) -> String {
     let digest = hex::encode(Sha256::digest(TOKEN.as_bytes()));
     format!(
         r#"
@@ -71,7 +93,7 @@ fn config(db: &Path, destination_url: &str) -> String {
 listen = "127.0.0.1:0"
 
 [database]
-url = "sqlite://{}"
+url = "{database_url}"
 
 [worker]
 poll_interval = "1h"
@@ -90,19 +112,27 @@ destinations = ["billing"]
 name = "billing"
 url = "{destination_url}"
 signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
-"#,
-        db.display()
+"#
     )
 }
 
-fn start_gateway(destination_url: &str) -> Gateway {
+fn start_gateway(backend: Backend, destination_url: &str) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &config_path,
-        config(&dir.path().join("admin.db"), destination_url),
-    )
-    .unwrap();
+    let (database, url) = match backend {
+        Backend::Sqlite => (
+            None,
+            format!("sqlite://{}", dir.path().join("admin.db").display()),
+        ),
+        Backend::Postgres => {
+            let db = tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(hookgate_testkit::postgres::TestDatabase::create());
+            let url = db.url().to_owned();
+            (Some(db), url)
+        }
+    };
+    std::fs::write(&config_path, config(&url, destination_url)).unwrap();
     let mut cmd = bin();
     cmd.arg("serve")
         .arg("--config")
@@ -112,6 +142,7 @@ fn start_gateway(destination_url: &str) -> Gateway {
     let (server, address) = spawn_serve(cmd);
     Gateway {
         _server: server,
+        _database: database,
         _dir: dir,
         config: config_path,
         address,
@@ -197,9 +228,8 @@ fn stripe_event(id: &str, kind: &str) -> String {
     format!(r#"{{"id":"{id}","object":"event","type":"{kind}","note":"naïve ☃  "}}"#) + "\n"
 }
 
-#[test]
-fn events_list_show_and_replay_through_the_admin_api() {
-    let gw = start_gateway("http://127.0.0.1:9/x");
+fn events_list_show_and_replay_through_the_admin_api(backend: Backend) {
+    let gw = start_gateway(backend, "http://127.0.0.1:9/x");
     let first_body = stripe_event("evt_cli_1", "invoice.paid");
     let first = gw.ingest(&first_body);
     gw.ingest(&stripe_event("evt_cli_2", "invoice.paid"));
@@ -297,9 +327,8 @@ fn start_gone_sink() -> String {
     url
 }
 
-#[test]
-fn events_show_names_the_secret_that_verified() {
-    let gw = start_gateway("http://127.0.0.1:9/x");
+fn events_show_names_the_secret_that_verified(backend: Backend) {
+    let gw = start_gateway(backend, "http://127.0.0.1:9/x");
     let current = gw.ingest(&stripe_event("evt_cli_current", "invoice.paid"));
     let old = gw.ingest_signed(
         STRIPE_OLD_SECRET,
@@ -321,9 +350,8 @@ fn events_show_names_the_secret_that_verified() {
     );
 }
 
-#[test]
-fn dead_letters_list_retry_and_discard_through_the_admin_api() {
-    let gw = start_gateway(&start_gone_sink());
+fn dead_letters_list_retry_and_discard_through_the_admin_api(backend: Backend) {
+    let gw = start_gateway(backend, &start_gone_sink());
     let events: Vec<String> = (1..=3)
         .map(|i| gw.ingest(&stripe_event(&format!("evt_dead_{i}"), "invoice.paid")))
         .collect();
@@ -400,9 +428,8 @@ fn dead_letters_list_retry_and_discard_through_the_admin_api() {
     assert!(detail["jobs"][0]["discarded_at"].is_string(), "{detail}");
 }
 
-#[test]
-fn errors_name_the_api_code_and_exit_non_zero() {
-    let gw = start_gateway("http://127.0.0.1:9/x");
+fn errors_name_the_api_code_and_exit_non_zero(backend: Backend) {
+    let gw = start_gateway(backend, "http://127.0.0.1:9/x");
 
     let out = gw.run_with_token(&["events", "list"], "not-the-token");
     let stderr = String::from_utf8_lossy(&out.stderr);

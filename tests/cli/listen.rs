@@ -52,7 +52,8 @@ fn next_line(lines: &Receiver<String>) -> String {
 #[test]
 fn listen_receives_and_verifies_what_serve_delivers_after_send() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("listen.db");
+    // The quick start's store: what is tested is `listen`, not the store.
+    let db = format!("sqlite://{}", dir.path().join("listen.db").display());
     // The secret comes from the configuration; the real address is known once listen runs.
     let listen_config = dir.path().join("listen.toml");
     std::fs::write(
