@@ -35,27 +35,15 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A running `serve --role api` with its own database, and what the tests need to reach it.
-/// Runs a test body once per store, as `sqlite::name` and `postgres::name`.
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(hookgate_testkit::Backend::Sqlite) } )*
-        }
-        mod postgres {
-            $( #[test] fn $name() { super::$name(hookgate_testkit::Backend::Postgres) } )*
-        }
-    };
-}
-
-both_stores!(
+hookgate_testkit::both_stores!(
     events_list_show_and_replay_through_the_admin_api,
     events_show_names_the_secret_that_verified,
     dead_letters_list_retry_and_discard_through_the_admin_api,
     errors_name_the_api_code_and_exit_non_zero,
 );
 
-// Dropped in this order: the server before the database it uses.
+/// A running `serve --role api` with its own database, and what the tests need to reach it.
+/// Dropped in field order: the server before the database it uses.
 struct Gateway {
     _server: KillOnDrop,
     _database: Option<hookgate_testkit::postgres::TestDatabase>,
@@ -119,19 +107,7 @@ signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
 fn start_gateway(backend: Backend, destination_url: &str) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("hookgate.toml");
-    let (database, url) = match backend {
-        Backend::Sqlite => (
-            None,
-            format!("sqlite://{}", dir.path().join("admin.db").display()),
-        ),
-        Backend::Postgres => {
-            let db = tokio::runtime::Runtime::new()
-                .unwrap()
-                .block_on(hookgate_testkit::postgres::TestDatabase::create());
-            let url = db.url().to_owned();
-            (Some(db), url)
-        }
-    };
+    let (database, url) = hookgate_testkit::database_for_processes(backend, dir.path());
     std::fs::write(&config_path, config(&url, destination_url)).unwrap();
     let mut cmd = bin();
     cmd.arg("serve")

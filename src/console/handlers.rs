@@ -4,21 +4,20 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
-use actix_web::http::header::{LOCATION, RETRY_AFTER};
+use actix_web::http::header::RETRY_AFTER;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
 use super::pages;
-use super::session::{
-    judge, random_token, SessionId, Verdict, LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_SECONDS,
-};
+use super::request::{error_page, form_session, redirect, session};
+use super::session::{random_token, SessionId, LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_SECONDS};
 use crate::admin::dead_letters::{
     dead_letter_page, job_in_tenant, not_a_dead_letter, retry_matching,
 };
 use crate::admin::events::{event_detail, event_in_tenant, replay_destinations};
 use crate::admin::views::EventSummaryView;
 use crate::admin::{authenticate, cursor, AdminError, Tenant};
-use crate::domain::{JobId, Name};
+use crate::domain::JobId;
 use crate::http::auth_failures::{retry_after_seconds, Client};
 use crate::http::AppState;
 use crate::queue::JobStatus;
@@ -26,88 +25,6 @@ use crate::store::{DeadLetterFilter, EventFilter, NewJob, PageCursor};
 
 type Form = web::Form<HashMap<String, String>>;
 type Query = web::Query<HashMap<String, String>>;
-
-/// A logged-in request: its tenant and the CSRF token its forms carry.
-struct Session {
-    tenant: Name,
-    id: SessionId,
-    csrf: String,
-}
-
-fn redirect(to: &str) -> HttpResponse {
-    HttpResponse::SeeOther()
-        .insert_header((LOCATION, to))
-        .finish()
-}
-
-/// Why a request is refused.
-enum Denied {
-    NoSession,
-    BadCsrf,
-    Store(AdminError),
-}
-
-impl Denied {
-    fn response(self) -> HttpResponse {
-        match self {
-            Self::NoSession => redirect("/console/login"),
-            Self::BadCsrf => {
-                HttpResponse::Forbidden().body("CSRF token missing or wrong; reload the page")
-            }
-            Self::Store(e) => error_page(e),
-        }
-    }
-}
-
-/// The session the request's cookie names, if it is stored and within its limits.
-async fn session(state: &AppState, req: &HttpRequest) -> Result<Session, Denied> {
-    let cookie = req.cookie(SESSION_COOKIE).ok_or(Denied::NoSession)?;
-    let id = SessionId::parse(cookie.value()).ok_or(Denied::NoSession)?;
-    let digest = id.digest();
-    let store_error = |e: crate::store::StoreError| Denied::Store(e.into());
-    let stored = state
-        .store
-        .find_session(&digest)
-        .await
-        .map_err(store_error)?
-        .ok_or(Denied::NoSession)?;
-    let now = Utc::now().timestamp();
-    match judge(&stored, now) {
-        Verdict::Ended => {
-            state
-                .store
-                .delete_session(&digest)
-                .await
-                .map_err(store_error)?;
-            Err(Denied::NoSession)
-        }
-        Verdict::Valid { touch } => {
-            if touch {
-                state
-                    .store
-                    .touch_session(&digest, now)
-                    .await
-                    .map_err(store_error)?;
-            }
-            let tenant = Name::parse("tenant", &stored.tenant).map_err(|_| Denied::NoSession)?;
-            Ok(Session {
-                tenant,
-                csrf: id.csrf(),
-                id,
-            })
-        }
-    }
-}
-
-/// The session of a form POST, with its CSRF token checked.
-async fn form_session(state: &AppState, req: &HttpRequest, form: &Form) -> Result<Session, Denied> {
-    let s = session(state, req).await?;
-    let given = form.get("csrf").map(String::as_str).unwrap_or("");
-    if !s.id.csrf_ok(given) {
-        return Err(Denied::BadCsrf);
-    }
-    Ok(s)
-}
 
 /// Only these messages are shown from a redirect's query: a link cannot inject text.
 fn notice(query: &Query) -> Option<&'static str> {
@@ -123,13 +40,6 @@ fn notice(query: &Query) -> Option<&'static str> {
 
 fn secure(req: &HttpRequest) -> bool {
     req.connection_info().scheme() == "https"
-}
-
-fn error_page(e: AdminError) -> HttpResponse {
-    let status = actix_web::ResponseError::status_code(&e);
-    HttpResponse::build(status)
-        .content_type("text/plain; charset=utf-8")
-        .body(format!("{}: {e}", e.code()))
 }
 
 fn text(map: &HashMap<String, String>, k: &str) -> Option<String> {

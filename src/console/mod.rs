@@ -4,6 +4,7 @@
 
 mod handlers;
 mod pages;
+mod request;
 mod session;
 
 use actix_web::{middleware, web};

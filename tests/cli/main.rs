@@ -341,48 +341,15 @@ fn start_sink() -> (String, std::sync::mpsc::Receiver<String>) {
     (url, rx)
 }
 
-/// Runs a test body once per store, as `sqlite::name` and `postgres::name`.
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(hookgate_testkit::Backend::Sqlite) } )*
-        }
-        mod postgres {
-            $( #[test] fn $name() { super::$name(hookgate_testkit::Backend::Postgres) } )*
-        }
-    };
-}
-
-both_stores!(
+hookgate_testkit::both_stores!(
     serve_delivers_to_destinations_and_stops_cleanly_on_sigterm,
     api_and_worker_roles_run_apart,
 );
 
-/// A fresh database of `backend` (a file in `dir`, or a PostgreSQL database dropped with the
-/// returned guard, which must outlive the processes using it) and its URL.
-fn database(
-    backend: hookgate_testkit::Backend,
-    dir: &Path,
-) -> (Option<hookgate_testkit::postgres::TestDatabase>, String) {
-    match backend {
-        hookgate_testkit::Backend::Sqlite => (
-            None,
-            format!("sqlite://{}", dir.join("hookgate.db").display()),
-        ),
-        hookgate_testkit::Backend::Postgres => {
-            let db = tokio::runtime::Runtime::new()
-                .unwrap()
-                .block_on(hookgate_testkit::postgres::TestDatabase::create());
-            let url = db.url().to_owned();
-            (Some(db), url)
-        }
-    }
-}
-
 fn serve_delivers_to_destinations_and_stops_cleanly_on_sigterm(backend: hookgate_testkit::Backend) {
     let (sink_url, received) = start_sink();
     let dir = tempfile::tempdir().unwrap();
-    let (_database, url) = database(backend, dir.path());
+    let (_database, url) = hookgate_testkit::database_for_processes(backend, dir.path());
     let config = dir.path().join("hookgate.toml");
     // Polling every hour: delivery must come from the wake-up after ingest.
     let text = sink_config(&url, &sink_url, "1h");
@@ -456,7 +423,7 @@ signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
 fn api_and_worker_roles_run_apart(backend: hookgate_testkit::Backend) {
     let (sink_url, received) = start_sink();
     let dir = tempfile::tempdir().unwrap();
-    let (_database, url) = database(backend, dir.path());
+    let (_database, url) = hookgate_testkit::database_for_processes(backend, dir.path());
     let config = dir.path().join("hookgate.toml");
     std::fs::write(&config, sink_config(&url, &sink_url, "100ms")).unwrap();
     let serve = |role: &str| {

@@ -40,6 +40,43 @@ macro_rules! both_backends {
     };
 }
 
+/// `both_backends!` for synchronous tests (those that drive the binary as a process):
+/// `both_stores!(test_fn, ...)` defines `sqlite::test_fn` and `postgres::test_fn`, each calling
+/// `test_fn(Backend::X)`.
+#[macro_export]
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name($crate::Backend::Sqlite) } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name($crate::Backend::Postgres) } )*
+        }
+    };
+}
+
+/// A fresh database of `backend` for a test that runs the binary: a file in `dir`, or a
+/// PostgreSQL database dropped with the returned guard (which must outlive the processes that
+/// use it); and its URL.
+pub fn database_for_processes(
+    backend: Backend,
+    dir: &std::path::Path,
+) -> (Option<postgres::TestDatabase>, String) {
+    match backend {
+        Backend::Sqlite => (
+            None,
+            format!("sqlite://{}", dir.join("hookgate.db").display()),
+        ),
+        Backend::Postgres => {
+            let db = tokio::runtime::Runtime::new()
+                .expect("a runtime")
+                .block_on(postgres::TestDatabase::create());
+            let url = db.url().to_owned();
+            (Some(db), url)
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
