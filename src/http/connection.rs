@@ -10,6 +10,11 @@
 //! answer is ready; a task started at the first answer closes the connection when it has
 //! been between requests for longer than the timeout. It closes through a duplicate of the
 //! socket's descriptor: `shutdown` acts on the socket, so actix's reads then end.
+//!
+//! An abandoned body is answered the same way, on the socket itself before the handler
+//! returns, then the connection is shut: actix would otherwise read the rest of the body
+//! after its own answer and serve the next request on the connection, `Connection: close`
+//! or not.
 
 use std::io::Write as _;
 use std::net::{Shutdown, TcpStream};
@@ -23,11 +28,14 @@ use tokio::time::Instant;
 const TIMEOUT_BODY: &str =
     r#"{"error":{"code":"request_timeout","message":"the request head did not arrive in time"}}"#;
 
-fn timeout_answer() -> String {
+/// A complete HTTP/1.1 answer with a JSON body, ending the connection.
+fn raw_answer(status: actix_web::http::StatusCode, body: &str) -> String {
     format!(
-        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n\
-         connection: close\r\ncontent-length: {}\r\n\r\n{TIMEOUT_BODY}",
-        TIMEOUT_BODY.len()
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        body.len()
     )
 }
 
@@ -52,11 +60,11 @@ struct Shared {
 pub struct Connection(Arc<Shared>);
 
 impl Connection {
-    /// Nothing more is read from this connection: after the answer now being written, actix
-    /// sees the end of the stream and closes it. For a body the handler stopped reading,
-    /// which actix would otherwise read to its declared end (a chunked one, 4 GiB).
-    pub fn stop_reading(&self) {
-        let _ = self.0.socket.shutdown(Shutdown::Read);
+    /// Answers on the socket itself and shuts the connection, for a request whose body the
+    /// handler stopped reading. Called before the handler returns, so nothing of actix's is
+    /// on the wire yet; its own answer then meets a closed socket and the connection ends.
+    pub fn answer_and_close(&self, status: actix_web::http::StatusCode, body: &str) {
+        self.0.answer_and_close(status, body);
     }
 }
 
@@ -106,6 +114,14 @@ impl Drop for Connection {
     }
 }
 
+impl Shared {
+    fn answer_and_close(&self, status: actix_web::http::StatusCode, body: &str) {
+        // Best effort: the client may not read; closing is what matters.
+        let _ = (&self.socket).write(raw_answer(status, body).as_bytes());
+        let _ = self.socket.shutdown(Shutdown::Both);
+    }
+}
+
 async fn watch(shared: Arc<Shared>) {
     loop {
         let (busy, idle_since, closed) = {
@@ -121,9 +137,7 @@ async fn watch(shared: Arc<Shared>) {
         }
         let deadline = idle_since + shared.timeout;
         if Instant::now() >= deadline {
-            // Best effort: the client may not read; closing is what matters.
-            let _ = (&shared.socket).write(timeout_answer().as_bytes());
-            let _ = shared.socket.shutdown(Shutdown::Both);
+            shared.answer_and_close(actix_web::http::StatusCode::REQUEST_TIMEOUT, TIMEOUT_BODY);
             tracing::debug!("a kept-alive connection's next request head was too slow; closed");
             return;
         }
@@ -138,7 +152,10 @@ async fn watch(shared: Arc<Shared>) {
 mod tests {
     #[test]
     fn the_timeout_answer_declares_its_length() {
-        let text = super::timeout_answer();
+        let text = super::raw_answer(
+            actix_web::http::StatusCode::REQUEST_TIMEOUT,
+            super::TIMEOUT_BODY,
+        );
         let (_, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(text.contains(&format!("content-length: {}\r\n", body.len())));
         serde_json::from_str::<serde_json::Value>(body).unwrap();

@@ -34,6 +34,11 @@ impl ApiError {
         }
     }
 
+    /// `{"error": {"code", "message"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"code": self.code(), "message": self.to_string()}})
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             Self::UnknownSource(_) => "unknown_source",
@@ -82,6 +87,6 @@ impl ResponseError for ApiError {
         {
             response.insert_header((header::RETRY_AFTER, retry_after_seconds.to_string()));
         }
-        response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
+        response.json(self.body())
     }
 }

@@ -53,8 +53,14 @@ pub async fn receive_webhook(
     if let Err(ApiError::BodyTimeout | ApiError::PayloadTooLarge(_) | ApiError::BadPayload(_)) =
         &result
     {
-        if let Some(connection) = request.conn_data::<std::sync::Arc<super::Connection>>() {
-            connection.stop_reading();
+        if let (Some(connection), Err(e)) = (
+            request.conn_data::<std::sync::Arc<super::Connection>>(),
+            &result,
+        ) {
+            connection.answer_and_close(
+                actix_web::ResponseError::status_code(e),
+                &e.body().to_string(),
+            );
         }
     }
     // Only configured names become labels: a path cannot grow the metrics without bound.

@@ -131,8 +131,10 @@ async fn slow_second_request_head_on_a_kept_alive_connection(backend: Backend) {
     assert_eq!(app.store.count_events().await.unwrap(), 1);
 }
 
-/// A chunked body that stops arriving: answered 408, and the connection is closed (not kept
-/// for whatever the client sends next), so stalled bodies cannot pile up open sockets.
+/// A chunked body that stops arriving: answered 408, and the connection is closed, not kept
+/// for whatever the client sends next. Each client here finishes its body after the 408 and
+/// sends a second request on the same connection: none is answered, so stalled bodies can
+/// neither pile up open sockets nor reuse them.
 async fn slow_chunked_body_is_answered_and_closed(backend: Backend) {
     let app = slowloris_app(backend).await;
     let mut streams = Vec::new();
@@ -147,11 +149,44 @@ async fn slow_chunked_body_is_answered_and_closed(backend: Backend) {
         streams.push(stream);
     }
     for mut stream in streams {
+        // The 408, as soon as it is complete.
         let mut buf = Vec::new();
-        let read = tokio::time::timeout(Duration::from_secs(8), stream.read_to_end(&mut buf)).await;
-        assert!(read.is_ok(), "the connection was not closed");
-        let r = RawResponse::parse(&buf, true).expect("an answer before the close");
+        let mut chunk = [0u8; 4096];
+        let answered = tokio::time::timeout(Duration::from_secs(8), async {
+            while RawResponse::parse(&buf, false).is_none() {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        })
+        .await;
+        assert!(answered.is_ok(), "no answer to the stalled body");
+        let r = RawResponse::parse(&buf, true).expect("an answer to the stalled body");
         assert_eq!(r.error_code(), (408, "request_timeout".into()));
+        // The rest of the body, then a second request on the same connection.
+        let _ = stream
+            .write_all(b"0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(8), async {
+            loop {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => rest.extend_from_slice(&chunk[..n]),
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the connection was kept open");
+        let after = &buf[buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+        let mut later = after[r.body.len()..].to_vec();
+        later.extend_from_slice(&rest);
+        assert!(
+            !String::from_utf8_lossy(&later).contains("HTTP/1.1"),
+            "a second request was answered on the connection: {:?}",
+            String::from_utf8_lossy(&later)
+        );
     }
     assert_eq!(app.store.count_events().await.unwrap(), 0);
 }
