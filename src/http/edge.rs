@@ -35,7 +35,13 @@ pub async fn edge(
     if let Some(response) = refusal {
         return Ok(req.into_response(response).map_into_right_body());
     }
-    let connection = req.conn_data::<Arc<Connection>>().cloned();
+    // A request that ends its connection has no next head to wait for: no watch then (most
+    // providers send one webhook per connection).
+    let kept_alive = req.head().connection_type() == actix_web::http::ConnectionType::KeepAlive;
+    let connection = req
+        .conn_data::<Arc<Connection>>()
+        .filter(|_| kept_alive)
+        .cloned();
     if let Some(c) = &connection {
         c.started();
     }

@@ -19,8 +19,10 @@ struct Shared<T, R> {
     /// Tests hold this to let items pile up into one batch.
     gate: RwLock<()>,
     submitted: AtomicU64,
-    /// Signalled at each submission (tests wait for items to be queued).
+    /// Signalled at a submission while someone waits for one (`submitted_at_least`, which
+    /// tests use); the count keeps that signal off the path of every other submission.
     queued: Notify,
+    queue_watchers: AtomicUsize,
     batches: AtomicU64,
     /// Writers whose batch is being written now, and a signal each time one finishes.
     writing: AtomicUsize,
@@ -85,6 +87,7 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             gate: RwLock::new(()),
             submitted: AtomicU64::new(0),
             queued: Notify::new(),
+            queue_watchers: AtomicUsize::new(0),
             batches: AtomicU64::new(0),
             writing: AtomicUsize::new(0),
             finished: Notify::new(),
@@ -109,7 +112,9 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             return Err(stopped());
         }
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);
-        self.shared.queued.notify_waiters();
+        if self.shared.queue_watchers.load(Ordering::SeqCst) > 0 {
+            self.shared.queued.notify_waiters();
+        }
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -120,6 +125,14 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
 
     /// Returns once `n` items in all have been submitted.
     pub async fn submitted_at_least(&self, n: u64) {
+        struct Watching<'a>(&'a AtomicUsize);
+        impl Drop for Watching<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.shared.queue_watchers.fetch_add(1, Ordering::SeqCst);
+        let _watching = Watching(&self.shared.queue_watchers);
         loop {
             let queued = self.shared.queued.notified();
             tokio::pin!(queued);
