@@ -137,7 +137,13 @@ fn display_address(listen: &str, port: u16) -> String {
 
 /// Where the gateway listens and where to POST each source's webhooks: plain lines, or JSON
 /// lines in JSON mode (then every line the process prints is JSON).
-fn print_banner(base: &str, store: &str, role: Role, gateway: &GatewayConfig) {
+fn print_banner(
+    base: &str,
+    metrics_base: Option<&str>,
+    store: &str,
+    role: Role,
+    gateway: &GatewayConfig,
+) {
     let json = telemetry::json_output();
     let mut lines = vec![if json {
         telemetry::json_line(
@@ -160,6 +166,17 @@ fn print_banner(base: &str, store: &str, role: Role, gateway: &GatewayConfig) {
             });
         }
     }
+    let metrics_url = format!("{}/metrics", metrics_base.unwrap_or(base));
+    let token = gateway.metrics.token_sha256.is_some();
+    lines.push(if json {
+        telemetry::json_line(
+            "INFO",
+            serde_json::json!({"message": "metrics URL", "url": metrics_url, "bearer_token": token}),
+        )
+    } else {
+        let needs = if token { " (bearer token required)" } else { "" };
+        format!("  metrics at {metrics_url}{needs}")
+    });
     // A closed stdout (a supervisor that stopped reading) must not stop the gateway.
     let mut out = std::io::stdout().lock();
     for line in lines {
@@ -190,7 +207,17 @@ async fn serve(
         "http://{}",
         display_address(&gateway.server.listen, app.port())
     );
-    print_banner(&base, app.store().backend_name(), role, &gateway);
+    let metrics_base = app.metrics_port().map(|port| {
+        let listen = gateway.metrics.listen.as_deref().unwrap_or_default();
+        format!("http://{}", display_address(listen, port))
+    });
+    print_banner(
+        &base,
+        metrics_base.as_deref(),
+        app.store().backend_name(),
+        role,
+        &gateway,
+    );
     let (store, config, metrics) = (
         app.store().clone(),
         app.config().clone(),

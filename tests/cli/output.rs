@@ -149,3 +149,30 @@ fn a_start_up_error_names_each_cause_once() {
         }
     }
 }
+
+/// The banner says where `/metrics` is served, and whether it needs a token, when
+/// `[metrics]` moves it off the main address.
+#[test]
+fn the_banner_names_the_metrics_address() {
+    let (stdout, _) = serve_once(
+        &[],
+        &[
+            ("HOOKGATE__METRICS__LISTEN", "127.0.0.1:0"),
+            ("HOOKGATE__METRICS__TOKEN", "scrape-me"),
+        ],
+    );
+    let line = stdout
+        .iter()
+        .find(|l| l.contains("metrics at"))
+        .unwrap_or_else(|| panic!("no metrics line in {stdout:?}"));
+    assert!(line.ends_with("/metrics (bearer token required)"), "{line}");
+    let main = stdout[0]
+        .split(' ')
+        .find(|w| w.starts_with("http://"))
+        .unwrap();
+    assert!(!line.contains(main), "on its own address: {line} vs {main}");
+    // Without [metrics], the main address and no token.
+    let (stdout, _) = serve_once(&[], &[]);
+    let line = stdout.iter().find(|l| l.contains("metrics at")).unwrap();
+    assert!(line.ends_with("/metrics"), "{line}");
+}
