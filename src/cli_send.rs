@@ -49,7 +49,7 @@ pub async fn send(args: SendArgs) -> anyhow::Result<()> {
         &event_id,
         event_type,
         chrono::Utc::now().timestamp(),
-    );
+    )?;
     let base = match args.url {
         Some(url) => url,
         None if settings.server.listen.ends_with(":0") => {
@@ -57,7 +57,10 @@ pub async fn send(args: SendArgs) -> anyhow::Result<()> {
         }
         None => format!("http://{}", settings.server.listen),
     };
-    let url = format!("{}/webhooks/{}", base.trim_end_matches('/'), source.name);
+    let mut url = format!("{}/webhooks/{}", base.trim_end_matches('/'), source.name);
+    if !signed.query.is_empty() {
+        url = format!("{url}?{}", signed.query);
+    }
     let mut request = reqwest::Client::new().post(&url);
     for (name, value) in signed.headers.iter() {
         request = request.header(name, value);

@@ -181,7 +181,12 @@ fn run(
     role: Role,
 ) -> std::io::Result<Server> {
     let request_timeout = state.config.server.request_timeout;
-    let sources: Vec<String> = state.config.sources.keys().cloned().collect();
+    let sources: Vec<(String, bool)> = state
+        .config
+        .sources
+        .iter()
+        .map(|(name, s)| (name.clone(), s.verifier.definition().answers_get()))
+        .collect();
     let state = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
@@ -190,7 +195,7 @@ fn run(
             .configure(http::configure_probes)
             .configure(|cfg| {
                 if role != Role::Worker {
-                    http::configure_ingest(cfg, sources.iter().map(String::as_str));
+                    http::configure_ingest(cfg, sources.iter().map(|(n, get)| (n.as_str(), *get)));
                     crate::admin::configure(cfg);
                     crate::console::configure(cfg);
                 }

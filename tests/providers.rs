@@ -30,6 +30,9 @@ const ERROR_CODES: &[&str] = &[
     "missing_event_id",
     "invalid_event_id",
     "malformed_body",
+    "unknown_handshake",
+    "invalid_verify_token",
+    "invalid_handshake",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -39,6 +42,12 @@ struct FixtureFile {
     provider: String,
     /// Seconds, when the scheme signs a timestamp; absent when it has none.
     timestamp_tolerance: Option<i64>,
+    /// false for schemes whose signature does not cover the body (tokens, Mailgun): the
+    /// flipped-body derived check is skipped.
+    #[serde(default = "yes")]
+    body_signed: bool,
+    /// What the wrong-secret checks substitute; asymmetric schemes need a valid public key.
+    wrong_secret: Option<String>,
     #[serde(rename = "case", default)]
     cases: Vec<Case>,
 }
@@ -61,6 +70,17 @@ struct Case {
     event_type: Option<String>,
     secret_index: Option<usize>,
     challenge: Option<String>,
+    /// The URL the provider called: before `?` the source's public_url, after it the query.
+    url: Option<String>,
+    method: Option<String>,
+    verify_token: Option<String>,
+    /// An unsigned handshake: tampering, wrong secrets and clock shifts change nothing.
+    #[serde(default)]
+    unsigned: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -277,12 +297,28 @@ fn run(registry: &ProviderRegistry, provider: &str, case: &Case) -> Result<Actua
         Err((key, problem)) => return Ok(Actual::ConfigError(format!("{key} {problem}"))),
     };
     let secrets: Vec<&str> = case.secrets.iter().map(String::as_str).collect();
-    let verifier = match SourceVerifier::new(definition, &secrets) {
+    let mut verifier = match SourceVerifier::new(definition, &secrets) {
         Ok(v) => v,
         Err((index, problem)) => {
             return Ok(Actual::ConfigError(format!("secrets[{index}] {problem}")))
         }
     };
+    let (public_url, query) = match &case.url {
+        Some(url) => match url.split_once('?') {
+            Some((base, query)) => (Some(base), query),
+            None => (Some(url.as_str()), ""),
+        },
+        None => (None, ""),
+    };
+    if let Some(base) = public_url {
+        verifier = match verifier.with_public_url(base) {
+            Ok(v) => v,
+            Err(problem) => return Ok(Actual::ConfigError(format!("public_url {problem}"))),
+        };
+    }
+    if let Some(token) = &case.verify_token {
+        verifier = verifier.with_verify_token(token);
+    }
     let headers: RequestHeaders = case
         .headers
         .iter()
@@ -290,7 +326,10 @@ fn run(registry: &ProviderRegistry, provider: &str, case: &Case) -> Result<Actua
         .collect();
     let body = bytes::Bytes::from(body_bytes(case)?);
     Ok(
-        match Unverified::new(headers, body).verify(&verifier, case.now) {
+        match Unverified::new(headers, body)
+            .with_target(case.method.as_deref().unwrap_or("POST"), query)
+            .verify(&verifier, case.now)
+        {
             Ok(Verified::Event(ev)) => Actual::Event {
                 event_id: ev.provider_event_id().as_str().to_owned(),
                 event_type: ev.event_type().map(str::to_owned),
@@ -298,7 +337,7 @@ fn run(registry: &ProviderRegistry, provider: &str, case: &Case) -> Result<Actua
                 scheme: ev.scheme().to_owned(),
                 body: ev.body().to_vec(),
             },
-            Ok(Verified::Challenge(value)) => Actual::Challenge(value),
+            Ok(Verified::Challenge(answer)) => Actual::Challenge(answer.body),
             Err(e) => Actual::Error {
                 code: e.code(),
                 message: e.to_string(),
@@ -417,7 +456,8 @@ fn derived_checks() {
             }
             let label = fixture.label(case);
             let provider = fixture.provider_of(case);
-            if case.secrets.iter().any(|s| s == WRONG_SECRET) {
+            let wrong_secret = fixture.file.wrong_secret.as_deref().unwrap_or(WRONG_SECRET);
+            if case.secrets.iter().any(|s| s == wrong_secret) {
                 failures.push(format!(
                     "{label}: bad fixture: uses the test's wrong secret"
                 ));
@@ -431,26 +471,28 @@ fn derived_checks() {
                 continue; // reported by golden_fixtures; its variants would only repeat it
             };
             let mut variants: Vec<(String, Case, Expected)> = Vec::new();
+            // An unsigned handshake is answered whatever the secrets, body or clock.
+            let failed = |e: &Expected| if case.unsigned { want.clone() } else { e.clone() };
 
             // (a) One byte of the body changed.
-            let mut tampered = body.clone();
-            match tampered.len() {
-                0 => tampered.push(b' '),
-                n => tampered[n / 2] ^= 0x01,
+            if fixture.file.body_signed && !body.is_empty() {
+                let mut tampered = body.clone();
+                let n = tampered.len();
+                tampered[n / 2] ^= 0x01;
+                let mut c = case.clone();
+                c.body = None;
+                c.body_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&tampered));
+                variants.push(("body byte flipped".into(), c, failed(&invalid)));
             }
-            let mut c = case.clone();
-            c.body = None;
-            c.body_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&tampered));
-            variants.push(("body byte flipped".into(), c, invalid.clone()));
 
             // (b) Every secret replaced by a wrong one.
             let mut c = case.clone();
-            c.secrets = vec![WRONG_SECRET.to_owned()];
-            variants.push(("wrong secret".into(), c, invalid.clone()));
+            c.secrets = vec![wrong_secret.to_owned()];
+            variants.push(("wrong secret".into(), c, failed(&invalid)));
 
             // (c) A wrong secret listed first: the match moves one place down.
             let mut c = case.clone();
-            c.secrets.insert(0, WRONG_SECRET.to_owned());
+            c.secrets.insert(0, wrong_secret.to_owned());
             let shifted = match &want {
                 Expected::Event {
                     event_id,
@@ -474,7 +516,7 @@ fn derived_checks() {
                 let mut c = case.clone();
                 c.now += delta;
                 let outcome = match fixture.file.timestamp_tolerance {
-                    Some(_) => Expected::Error("timestamp_out_of_tolerance".into()),
+                    Some(_) => failed(&Expected::Error("timestamp_out_of_tolerance".into())),
                     None => want.clone(),
                 };
                 variants.push((format!("now {delta:+}"), c, outcome));

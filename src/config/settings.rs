@@ -338,6 +338,14 @@ pub struct SourceSettings {
     pub signature_prefix: Option<String>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
+    /// The URL the provider calls, as it calls it (scheme, host, port, path; no query), for
+    /// providers that sign the URL (Twilio, Square, HubSpot).
+    pub public_url: Option<String>,
+    /// The token a provider's GET handshake must carry (Meta's `hub.verify_token`); a secret.
+    pub verify_token: Option<SecretString>,
+    /// A private test key `hookgate send` signs with, for public-key providers (Discord,
+    /// SendGrid, Standard Webhooks v1a); a secret. Never needed to receive webhooks.
+    pub signing_key: Option<SecretString>,
     /// Ingress limit: requests per second this source may send (unlimited when absent).
     pub rate_limit_per_second: Option<u32>,
     /// Requests allowed at once above the sustained rate (default: one second's worth).

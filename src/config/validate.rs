@@ -402,8 +402,43 @@ impl GatewayConfig {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let plain: Vec<&str> = resolved.iter().map(|s| s.expose_secret()).collect();
-            let verifier = SourceVerifier::new(definition, &plain)
+            let needs_url = definition.needs_public_url();
+            let needs_token = definition.needs_verify_token();
+            let mut verifier = SourceVerifier::new(definition, &plain)
                 .map_err(|(j, p)| invalid(format!("sources[{i}].secrets[{j}]"), p))?;
+            match &src.public_url {
+                Some(url) => {
+                    verifier = verifier
+                        .with_public_url(url)
+                        .map_err(|p| invalid(key("public_url"), p))?
+                }
+                None if needs_url => {
+                    return Err(invalid(
+                        key("public_url"),
+                        format!("is required: provider {} signs the URL it calls", src.provider),
+                    ))
+                }
+                None => {}
+            }
+            match &src.verify_token {
+                Some(token) => {
+                    let token = resolve_secret(token).map_err(|p| invalid(key("verify_token"), p))?;
+                    verifier = verifier.with_verify_token(token.expose_secret());
+                }
+                None if needs_token => {
+                    return Err(invalid(
+                        key("verify_token"),
+                        format!("is required: provider {}'s handshake checks one", src.provider),
+                    ))
+                }
+                None => {}
+            }
+            if let Some(signing_key) = &src.signing_key {
+                let k = resolve_secret(signing_key).map_err(|p| invalid(key("signing_key"), p))?;
+                verifier = verifier
+                    .with_signing_key(k.expose_secret())
+                    .map_err(|p| invalid(key("signing_key"), p))?;
+            }
             let mut dests = Vec::new();
             for (j, d) in src.destinations.iter().enumerate() {
                 let Some(dest) = destinations.get(d) else {

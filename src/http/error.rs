@@ -61,8 +61,11 @@ impl ResponseError for ApiError {
             Self::Verify(
                 VerifyError::MissingEventId(_)
                 | VerifyError::InvalidEventId(_)
-                | VerifyError::MalformedBody,
+                | VerifyError::MalformedBody
+                | VerifyError::UnknownHandshake
+                | VerifyError::InvalidHandshake(_),
             ) => StatusCode::BAD_REQUEST,
+            Self::Verify(VerifyError::InvalidVerifyToken) => StatusCode::FORBIDDEN,
             Self::Verify(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

@@ -34,12 +34,18 @@ pub async fn receive_webhook_at(
 
 /// Webhook URLs take POST only.
 pub async fn method_not_allowed() -> HttpResponse {
+    not_allowed("POST", "webhook URLs take POST only")
+}
+
+/// The URL of a source whose provider has a GET handshake (Dropbox, Meta).
+pub async fn method_not_allowed_get() -> HttpResponse {
+    not_allowed("GET, POST", "this webhook URL takes POST, and GET for its provider's handshake")
+}
+
+fn not_allowed(allow: &'static str, message: &'static str) -> HttpResponse {
     HttpResponse::MethodNotAllowed()
-        .insert_header((actix_web::http::header::ALLOW, "POST"))
-        .json(json!({"error": {
-            "code": "method_not_allowed",
-            "message": "webhook URLs take POST only",
-        }}))
+        .insert_header((actix_web::http::header::ALLOW, allow))
+        .json(json!({"error": {"code": "method_not_allowed", "message": message}}))
 }
 
 pub async fn receive_webhook(
@@ -129,10 +135,19 @@ async fn handle(
     let headers = request_headers(request);
 
     let now = chrono::Utc::now();
-    let event = match Unverified::new(headers, body).verify(&source.verifier, now.timestamp())? {
-        Verified::Challenge(challenge) => {
+    let unverified = Unverified::new(headers, body)
+        .with_target(request.method().as_str(), request.query_string());
+    let event = match unverified.verify(&source.verifier, now.timestamp())? {
+        Verified::Challenge(answer) => {
             return Ok(Handled {
-                response: HttpResponse::Ok().json(json!({ "challenge": challenge })),
+                // An unsigned handshake echoes what anyone sends: never let it be sniffed.
+                response: HttpResponse::Ok()
+                    .content_type(answer.content_type)
+                    .insert_header((
+                        actix_web::http::header::X_CONTENT_TYPE_OPTIONS,
+                        "nosniff",
+                    ))
+                    .body(answer.body),
                 outcome: "challenge",
                 event_id: None,
                 provider_event_id: None,
@@ -145,20 +160,29 @@ async fn handle(
     let outcome = ingest(&state.batcher, source, event, now)
         .await
         .map_err(|e| ApiError::from_ingest(e, retry_after))?;
-    let (response, outcome, id) = match outcome {
-        IngestOutcome::Accepted(id) => (
-            HttpResponse::Ok().json(json!({"id": id.to_string(), "duplicate": false})),
-            "accepted",
-            id,
-        ),
-        IngestOutcome::Duplicate(id) => (
-            HttpResponse::Ok()
-                .insert_header(("Idempotent-Replayed", "true"))
-                .json(json!({"id": id.to_string(), "duplicate": true})),
-            "duplicate",
-            id,
-        ),
+    let (duplicate, outcome, id) = match outcome {
+        IngestOutcome::Accepted(id) => (false, "accepted", id),
+        IngestOutcome::Duplicate(id) => (true, "duplicate", id),
     };
+    let mut response = match source.verifier.response() {
+        // The answer the provider expects (Discord's deferred interaction, Twilio's TwiML);
+        // the id travels in a header instead.
+        Some(spec) => {
+            let status = actix_web::http::StatusCode::from_u16(spec.status)
+                .unwrap_or(actix_web::http::StatusCode::OK);
+            HttpResponse::build(status)
+                .content_type(spec.content_type.as_str())
+                .insert_header(("Hookgate-Event-Id", id.to_string()))
+                .body(spec.body.clone())
+        }
+        None => HttpResponse::Ok().json(json!({"id": id.to_string(), "duplicate": duplicate})),
+    };
+    if duplicate {
+        response.headers_mut().insert(
+            actix_web::http::header::HeaderName::from_static("idempotent-replayed"),
+            actix_web::http::header::HeaderValue::from_static("true"),
+        );
+    }
     Ok(Handled {
         response,
         outcome,

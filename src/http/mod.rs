@@ -80,21 +80,35 @@ pub fn configure_probes(cfg: &mut web::ServiceConfig) {
 /// The ingest endpoint: served by the api role. Each configured source gets a route of its
 /// own: actix matches a literal path by comparing strings, while a `{source}` segment runs a
 /// regular expression on every request (a tenth of the gateway's instructions per webhook;
-/// docs/decisions/per-source-literal-routes.md). The `{source}` route answers every other name. Any method but
-/// POST is answered 405 with `Allow: POST`.
-pub fn configure_ingest<'a>(cfg: &mut web::ServiceConfig, sources: impl Iterator<Item = &'a str>) {
-    for name in sources {
+/// docs/decisions/per-source-literal-routes.md). The `{source}` route answers every other name.
+/// A source answers GET only when its provider has a GET handshake (Dropbox, Meta); any other
+/// method is answered 405 with `Allow`.
+pub fn configure_ingest<'a>(
+    cfg: &mut web::ServiceConfig,
+    sources: impl Iterator<Item = (&'a str, bool)>,
+) {
+    for (name, answers_get) in sources {
         let source: Arc<str> = name.into();
-        cfg.service(
-            web::resource(format!("/webhooks/{name}"))
-                .route(
-                    web::post().to(move |state: web::Data<AppState>, request, payload| {
+        let post_source = source.clone();
+        let mut resource = web::resource(format!("/webhooks/{name}")).route(web::post().to(
+            move |state: web::Data<AppState>, request, payload| {
+                let source = post_source.clone();
+                async move { ingest::receive_webhook(state, request, &source, payload).await }
+            },
+        ));
+        if answers_get {
+            resource = resource
+                .route(web::get().to(
+                    move |state: web::Data<AppState>, request, payload| {
                         let source = source.clone();
                         async move { ingest::receive_webhook(state, request, &source, payload).await }
-                    }),
-                )
-                .default_service(web::to(ingest::method_not_allowed)),
-        );
+                    },
+                ))
+                .default_service(web::to(ingest::method_not_allowed_get));
+        } else {
+            resource = resource.default_service(web::to(ingest::method_not_allowed));
+        }
+        cfg.service(resource);
     }
     cfg.service(
         web::resource("/webhooks/{source}")

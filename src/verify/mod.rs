@@ -4,24 +4,28 @@
 //! a `VerifiedEvent`, so no code path can store an unauthenticated request.
 
 mod definition;
+mod handshake;
 mod json_pointer;
+mod keys;
 mod registry;
 mod request;
 mod sign;
 mod signature;
 mod template;
 mod verifier;
+mod view;
 
 pub use definition::{
     parse_definition, Algorithm, DefinitionError, Encoding, Location, ProviderDefinition,
-    SignatureFormat, SourceOverrides,
+    SignatureFormat, SignatureSource, SourceOverrides,
 };
+pub use handshake::HandshakeAnswer;
 pub use registry::ProviderRegistry;
 pub use request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
-pub use sign::{sample_body, sign_request, SignedRequest};
-/// Exposed for property tests and fuzzing of the header parser.
-pub use signature::{parse_signature_header, ParsedSignature};
-pub use template::PayloadTemplate;
+pub use sign::{sample_body, sign_request, SignError, SignedRequest};
+/// Exposed for property tests and fuzzing of the signature parser.
+pub use signature::{parse_signature_header, Candidate, ParsedSignature, MAX_CANDIDATES};
+pub use template::{Template, TemplateKind};
 pub use verifier::{SourceVerifier, VerifyError};
 
 /// Decodes base64 with or without padding, as `whsec_` secrets come both ways.

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use super::handshake::HandshakeAnswer;
 use crate::domain::ProviderEventId;
 
 /// Request headers, names lower-cased, repeated headers kept with their values in arrival
@@ -66,11 +67,28 @@ pub enum HeaderLookup<'a> {
 pub struct Unverified {
     pub(super) headers: RequestHeaders,
     pub(super) body: Bytes,
+    pub(super) method: String,
+    /// The raw query string, without the `?`.
+    pub(super) query: String,
 }
 
 impl Unverified {
+    /// A POST with no query string.
     pub fn new(headers: RequestHeaders, body: Bytes) -> Self {
-        Self { headers, body }
+        Self {
+            headers,
+            body,
+            method: "POST".into(),
+            query: String::new(),
+        }
+    }
+
+    /// The method and raw query string the request came with: URL-signed schemes and
+    /// handshakes read them.
+    pub fn with_target(mut self, method: &str, query: &str) -> Self {
+        self.method = method.to_ascii_uppercase();
+        self.query = query.to_owned();
+        self
     }
 }
 
@@ -78,8 +96,8 @@ impl Unverified {
 #[derive(Debug)]
 pub enum Verified {
     Event(VerifiedEvent),
-    /// A provider handshake (Slack's url_verification): answer with this value, store nothing.
-    Challenge(String),
+    /// A provider handshake: answer with this, store nothing.
+    Challenge(HandshakeAnswer),
 }
 
 /// An authentic webhook with its dedupe key. Fields are private: no code path outside

@@ -3,27 +3,42 @@
 
 use base64::Engine as _;
 use serde_json::{json, Value};
+use sha2::{Digest as _, Sha256};
 
-use super::definition::{Encoding, Location, SignatureFormat, TimestampSource};
+use super::definition::{
+    Algorithm, Encoding, Location, SignatureFormat, SignatureSource, TimestampFormat,
+    TimestampSource,
+};
+use super::keys::VerifyKey;
 use super::request::RequestHeaders;
-use super::template::{PayloadValues, Segment};
+use super::template::{sorted_form_params, RenderValues, TemplatePart};
 use super::verifier::SourceVerifier;
 
-/// A signed request, ready to POST.
+/// A signed request, ready to POST to the webhook URL with `query` appended.
 #[derive(Debug, Clone)]
 pub struct SignedRequest {
     pub headers: RequestHeaders,
     pub body: Vec<u8>,
     pub event_id: String,
+    /// The query string to send (without `?`), e.g. Twilio's `bodySHA256`.
+    pub query: String,
 }
+
+/// Why a request cannot be signed for a source.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SignError(pub String);
 
 /// A JSON body carrying `event_id` and `event_type` where the definition reads them.
 pub fn sample_body(verifier: &SourceVerifier, event_id: &str, event_type: &str) -> Vec<u8> {
     let def = verifier.definition();
     let mut doc = json!({"object": "event", "created": chrono::Utc::now().timestamp(), "data": {"test": true}});
+    if starts_with_index(&def.event_id) || starts_with_index(&def.event_type) {
+        doc = json!([doc]);
+    }
     let mut place = |locations: &[Location], value: &str| {
         if let Some(Location::Json(pointer)) = locations.first() {
-            set_pointer(&mut doc, pointer, value);
+            set_pointer(&mut doc, pointer, Value::String(value.to_owned()));
         }
     };
     place(&def.event_id, event_id);
@@ -31,35 +46,61 @@ pub fn sample_body(verifier: &SourceVerifier, event_id: &str, event_type: &str) 
     serde_json::to_vec(&doc).expect("a JSON value serialises")
 }
 
-fn set_pointer(doc: &mut Value, pointer: &str, value: &str) {
+fn starts_with_index(locations: &[Location]) -> bool {
+    matches!(locations.first(), Some(Location::Json(p)) if p.split('/').nth(1).is_some_and(is_index))
+}
+
+fn is_index(token: &str) -> bool {
+    token == "*" || (!token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Sets the value at `pointer`, making objects (or, for index tokens and `*`, one-element
+/// arrays) on the way.
+fn set_pointer(doc: &mut Value, pointer: &str, value: Value) {
     let mut at = doc;
-    let parts: Vec<String> = pointer
-        .split('/')
-        .skip(1)
-        .map(|p| p.replace("~1", "/").replace("~0", "~"))
-        .collect();
-    for (i, part) in parts.iter().enumerate() {
-        if !at.is_object() {
-            *at = json!({});
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        if is_index(&token) {
+            let i = token.parse::<usize>().unwrap_or(0);
+            if !at.is_array() {
+                *at = json!([]);
+            }
+            let items = at.as_array_mut().expect("made an array above");
+            while items.len() <= i {
+                items.push(json!({}));
+            }
+            at = &mut items[i];
+        } else {
+            if !at.is_object() {
+                *at = json!({});
+            }
+            let map = at.as_object_mut().expect("made an object above");
+            at = map.entry(token).or_insert_with(|| json!({}));
         }
-        let map = at.as_object_mut().expect("made an object above");
-        if i + 1 == parts.len() {
-            map.insert(part.clone(), Value::String(value.to_owned()));
-            return;
-        }
-        at = map.entry(part.clone()).or_insert_with(|| json!({}));
+    }
+    *at = value;
+}
+
+fn timestamp_text(format: TimestampFormat, now: i64) -> String {
+    match format {
+        TimestampFormat::Seconds => now.to_string(),
+        TimestampFormat::Milliseconds => (now * 1000).to_string(),
+        TimestampFormat::Rfc3339 => chrono::DateTime::from_timestamp(now, 0)
+            .unwrap_or_default()
+            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
     }
 }
 
-/// Signs `body` with the source's first secret at unix time `now`. Header-borne ids and
-/// types are set to `event_id` and `event_type`.
+/// Signs `body` with the source's first key (its `signing_key` for public-key schemes) at
+/// unix time `now`. Header-borne ids and types are set to `event_id` and `event_type`;
+/// body fields the signature reads and the body lacks are set in it.
 pub fn sign_request(
     verifier: &SourceVerifier,
     body: Vec<u8>,
     event_id: &str,
     event_type: &str,
     now: i64,
-) -> SignedRequest {
+) -> Result<SignedRequest, SignError> {
     let def = verifier.definition();
     let spec = &def.signature;
     let mut headers = RequestHeaders::new();
@@ -70,47 +111,134 @@ pub fn sign_request(
     if let Some(Location::Header(h)) = def.event_type.first() {
         headers.push(h, event_type);
     }
-    let timestamp = now.to_string();
-    if let Some(TimestampSource::Headers(names)) = def.timestamp.as_ref().map(|t| &t.source) {
-        headers.push(&names[0], timestamp.clone());
+    let timestamp = def
+        .timestamp
+        .as_ref()
+        .map(|t| timestamp_text(t.format, now))
+        .unwrap_or_else(|| now.to_string());
+    // Body fields the signature reads (Mailgun's timestamp and token) are set in the body.
+    let mut body_fields: Vec<(String, String)> = Vec::new();
+    match def.timestamp.as_ref().map(|t| &t.source) {
+        Some(TimestampSource::Locations(locations)) => match &locations[0] {
+            Location::Header(h) => headers.push(h, timestamp.clone()),
+            Location::Json(p) => body_fields.push((p.clone(), timestamp.clone())),
+            _ => {}
+        },
+        _ => {}
     }
-    // A header the template signs and nothing above sets carries the event id, a value
-    // unique to this request.
-    for name in spec.payload.headers() {
-        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
-            headers.push(name, event_id);
+    // A header or field the template signs and nothing above sets carries the event id, a
+    // value unique to this request.
+    if let Some(t) = &spec.payload {
+        for loc in t.locations() {
+            match loc {
+                Location::Header(h) if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(h)) => {
+                    headers.push(h, event_id)
+                }
+                Location::Json(p) if !body_fields.iter().any(|(q, _)| q == p) => {
+                    body_fields.push((p.clone(), event_id.to_owned()))
+                }
+                _ => {}
+            }
         }
     }
-    let lookup = headers.clone();
-    let header = |name: &str| -> Option<&str> {
-        lookup
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
+    let mut body = body;
+    if !body_fields.is_empty() {
+        let mut doc: Value = serde_json::from_slice(&body)
+            .map_err(|_| SignError("this provider signs body fields: the body must be JSON".into()))?;
+        for (pointer, value) in &body_fields {
+            set_pointer(&mut doc, pointer, Value::String(value.clone()));
+        }
+        body = serde_json::to_vec(&doc).expect("a JSON value serialises");
+    }
+    let query = match &spec.body_digest_query {
+        Some(q) => format!("{q}={}", hex::encode(Sha256::digest(&body))),
+        None => String::new(),
     };
-    let payload = spec
-        .payload
-        .render(&PayloadValues {
-            body: &body,
-            timestamp: Some(&timestamp),
-            id: spec.payload.uses(Segment::Id).then_some(event_id),
-            header: &header,
-        })
-        .expect("every value the template reads is set above");
-    let mac = verifier.first_key().mac(spec.algorithm, &payload);
+
+    // The first key decides the algorithm: a secret signs with the definition's symmetric
+    // algorithm, a public key with its private half.
+    let first = &verifier.keys()[0];
+    let algorithm = match first {
+        VerifyKey::Secret(_) => spec
+            .algorithms()
+            .into_iter()
+            .find(|a| !a.is_asymmetric())
+            .ok_or_else(|| SignError("no symmetric algorithm".into()))?,
+        _ => def
+            .asymmetric_algorithm()
+            .ok_or_else(|| SignError("no public-key algorithm".into()))?,
+    };
+    let signature = match algorithm {
+        Algorithm::Token => first.token().map(<[u8]>::to_vec).unwrap_or_default(),
+        _ => {
+            let lookup_headers = headers.clone();
+            let view_fields = body_fields.clone();
+            let lookup = move |l: &Location| -> Option<String> {
+                match l {
+                    Location::Header(h) => lookup_headers.get_all(h).next().map(str::to_owned),
+                    Location::Json(p) => view_fields
+                        .iter()
+                        .find(|(q, _)| q == p)
+                        .map(|(_, v)| v.clone()),
+                    _ => None,
+                }
+            };
+            let urls = verifier.signed_urls(&query);
+            if spec.uses(&TemplatePart::Url) && urls.is_empty() {
+                return Err(SignError(
+                    "this provider signs the URL: the source needs public_url".into(),
+                ));
+            }
+            let form = spec.uses(&TemplatePart::FormParams).then(|| {
+                if query.is_empty() {
+                    sorted_form_params(&body)
+                } else {
+                    Vec::new()
+                }
+            });
+            let payload = spec
+                .payload
+                .as_ref()
+                .and_then(|t| {
+                    t.render(&RenderValues {
+                        body: &body,
+                        timestamp: Some(&timestamp),
+                        id: spec.uses(&TemplatePart::Id).then_some(event_id),
+                        url: urls.first().map(String::as_str),
+                        method: "POST",
+                        form_params: form.as_deref(),
+                        lookup: &lookup,
+                        hmac_sha256_hex: &|_| None,
+                    })
+                })
+                .ok_or_else(|| SignError("a value the signature covers is missing".into()))?;
+            if algorithm.is_asymmetric() {
+                verifier
+                    .signing_key()
+                    .ok_or_else(|| {
+                        SignError("signing as this provider needs the source's signing_key (a private test key)".into())
+                    })?
+                    .sign(&payload)
+            } else {
+                first.mac(algorithm, &payload).unwrap_or_default()
+            }
+        }
+    };
     let encoded = match spec.encoding {
-        Encoding::Hex => hex::encode(mac),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(mac),
+        Encoding::Hex => hex::encode(signature),
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(signature),
+        Encoding::Text => String::from_utf8_lossy(&signature).into_owned(),
     };
+    let sig = format!("{}{encoded}", spec.prefix);
     let value = match &spec.format {
-        SignatureFormat::Raw { prefix } => format!("{prefix}{encoded}"),
+        SignatureFormat::Raw => sig,
         SignatureFormat::KeyValue {
             pair_separator,
             kv_separator,
             signature_keys,
             timestamp_key,
         } => {
-            let sig = format!("{}{kv_separator}{encoded}", signature_keys[0]);
+            let sig = format!("{}{kv_separator}{sig}", signature_keys[0]);
             match timestamp_key {
                 Some(t) => format!("{t}{kv_separator}{timestamp}{pair_separator}{sig}"),
                 None => sig,
@@ -120,14 +248,31 @@ pub fn sign_request(
             item_separator,
             versions,
             ..
-        } => format!("{}{item_separator}{encoded}", versions[0]),
+        } => {
+            let version = versions
+                .iter()
+                .find(|(_, a)| *a == algorithm)
+                .map(|(v, _)| v.as_str())
+                .unwrap_or(versions[0].0.as_str());
+            format!("{version}{item_separator}{sig}")
+        }
     };
-    headers.push(&spec.headers[0], value);
-    SignedRequest {
+    match &spec.source {
+        SignatureSource::Headers { names, .. } => headers.push(&names[0], value),
+        SignatureSource::Body(pointer) => {
+            let mut doc: Value = serde_json::from_slice(&body).map_err(|_| {
+                SignError("this provider signs in the body: the body must be JSON".into())
+            })?;
+            set_pointer(&mut doc, pointer, Value::String(value));
+            body = serde_json::to_vec(&doc).expect("a JSON value serialises");
+        }
+    }
+    Ok(SignedRequest {
         headers,
         body,
         event_id: event_id.to_owned(),
-    }
+        query,
+    })
 }
 
 #[cfg(test)]
@@ -155,7 +300,8 @@ id = ["json:/id"]
         .unwrap();
         let verifier = SourceVerifier::new(def, &["acme-secret"]).unwrap();
         let body = sample_body(&verifier, "evt_acme_1", "test.event");
-        let signed = sign_request(&verifier, body, "evt_acme_1", "test.event", 1_700_000_000);
+        let signed =
+            sign_request(&verifier, body, "evt_acme_1", "test.event", 1_700_000_000).unwrap();
         assert!(signed
             .headers
             .iter()
@@ -166,29 +312,111 @@ id = ["json:/id"]
         assert!(matches!(verified, Verified::Event(_)));
     }
 
-    /// Whatever `send` signs, `verify` accepts, for every built-in provider.
+    /// A source for `def` as a user would configure one: a secret, or for public-key
+    /// providers a public key with its private half as the signing key, and a public URL.
+    fn test_source(def: crate::verify::ProviderDefinition, public_key_first: bool) -> SourceVerifier {
+        use crate::verify::definition::KeyEncoding;
+        let seed = [7u8; 32];
+        let encode = |spec: &crate::verify::definition::KeySpec, bytes: &[u8]| {
+            let text = match spec.encoding {
+                KeyEncoding::Hex => hex::encode(bytes),
+                KeyEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+                KeyEncoding::Utf8 => String::from_utf8(bytes.to_vec()).unwrap(),
+            };
+            format!("{}{text}", spec.strip_prefix)
+        };
+        let needs_url = def.needs_public_url();
+        let verifier = match (def.asymmetric_algorithm(), def.public_key.clone()) {
+            (Some(alg), Some(spec)) if public_key_first || !def.takes_secrets() => {
+                let public = match alg {
+                    Algorithm::Ed25519 => ed25519_dalek::SigningKey::from_bytes(&seed)
+                        .verifying_key()
+                        .to_bytes()
+                        .to_vec(),
+                    // A P-256 SubjectPublicKeyInfo: the fixed algorithm header, then the
+                    // uncompressed point.
+                    _ => {
+                        let key = p256::ecdsa::SigningKey::from_bytes(&seed.into()).unwrap();
+                        let point = key.verifying_key().to_encoded_point(false);
+                        let mut der = hex::decode(
+                            "3059301306072a8648ce3d020106082a8648ce3d030107034200",
+                        )
+                        .unwrap();
+                        der.extend_from_slice(point.as_bytes());
+                        der
+                    }
+                };
+                SourceVerifier::new(def, &[&encode(&spec, &public)])
+                    .unwrap()
+                    .with_signing_key(&encode(&spec, &seed))
+                    .unwrap()
+            }
+            _ => {
+                let secret = if def.secret.strip_prefix == "whsec_" {
+                    "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+                } else {
+                    "test-secret"
+                };
+                SourceVerifier::new(def, &[secret]).unwrap()
+            }
+        };
+        if needs_url {
+            verifier.with_public_url("https://hooks.example.com/webhooks/src").unwrap()
+        } else {
+            verifier
+        }
+    }
+
+    /// Whatever `send` signs, `verify` accepts, for every built-in provider (and, where a
+    /// provider takes both, with a secret and with a public key first).
     #[test]
     fn every_provider_verifies_what_it_signs() {
         let registry = ProviderRegistry::builtin().unwrap();
+        let mut checked = 0;
         for name in registry.names() {
             let def = registry.get(name).unwrap();
             let def = def.with_overrides(&SourceOverrides::default()).unwrap();
-            let secret = if def.secret.strip_prefix == "whsec_" {
-                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-            } else {
-                "test-secret"
-            };
-            let verifier = SourceVerifier::new(def, &[secret]).unwrap();
-            let body = sample_body(&verifier, "evt_sent_1", "test.event");
-            let signed = sign_request(&verifier, body, "evt_sent_1", "test.event", 1_700_000_000);
-            let verified = Unverified::new(signed.headers, signed.body.into())
-                .verify(&verifier, 1_700_000_000)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let Verified::Event(event) = verified else {
-                panic!("{name}: not an event")
-            };
-            assert_eq!(event.provider_event_id().as_str(), "evt_sent_1", "{name}");
-            assert_eq!(event.event_type(), Some("test.event"), "{name}");
+            for public_key_first in [false, true] {
+                if public_key_first && def.asymmetric_algorithm().is_none() {
+                    continue;
+                }
+                let verifier = test_source(def.clone(), public_key_first);
+                let body = sample_body(&verifier, "evt_sent_1", "test.event");
+                let signed = sign_request(&verifier, body, "evt_sent_1", "test.event", 1_700_000_000)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let verified = Unverified::new(signed.headers, signed.body.into())
+                    .with_target("POST", &signed.query)
+                    .verify(&verifier, 1_700_000_000)
+                    .unwrap_or_else(|e| panic!("{name} (public key first: {public_key_first}): {e}"));
+                let Verified::Event(event) = verified else {
+                    panic!("{name}: not an event")
+                };
+                let id = event.provider_event_id().as_str();
+                if matches!(def.event_id.first(), Some(Location::Digest(_))) {
+                    assert!(id.starts_with("sha256:"), "{name}: {id}");
+                } else {
+                    assert_eq!(id, "evt_sent_1", "{name}");
+                }
+                if !def.event_type.is_empty() {
+                    assert_eq!(event.event_type(), Some("test.event"), "{name}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 33, "only {checked} providers signed");
+    }
+
+    /// A public-key provider cannot be signed for without the source's signing key.
+    #[test]
+    fn asymmetric_sending_needs_a_signing_key() {
+        let registry = ProviderRegistry::builtin().unwrap();
+        let def = registry.get("discord").unwrap().as_ref().clone();
+        let verifier = SourceVerifier::new(def, &[&"ab".repeat(32)]);
+        // Any 32 bytes are not necessarily a valid point; the error must not be a panic.
+        if let Ok(verifier) = verifier {
+            let body = sample_body(&verifier, "1", "test.event");
+            let err = sign_request(&verifier, body, "1", "t", 1_700_000_000).unwrap_err();
+            assert!(err.0.contains("signing_key"), "{err}");
         }
     }
 }

@@ -1,13 +1,10 @@
-//! Signature header parsing, key derivation and the MAC itself.
+//! Signature value parsing: from a header (or body field) to decoded candidate signatures.
 
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use secrecy::{ExposeSecret, SecretSlice};
-use subtle::ConstantTimeEq;
 
-use super::definition::{Algorithm, Encoding, SecretEncoding, SecretSpec, SignatureFormat};
+use super::definition::{Algorithm, Encoding, SignatureFormat};
 
 /// Padding is optional on input: senders (and Svix's own library) disagree on it.
 pub(crate) const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
@@ -15,26 +12,58 @@ pub(crate) const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// What a signature header holds once parsed: decoded candidate MACs and maybe a timestamp.
+/// The most candidate signatures one request may carry. Rotation needs two or three; each
+/// candidate may cost a public-key operation per key, so a header of a thousand entries is
+/// refused instead of checked.
+pub const MAX_CANDIDATES: usize = 32;
+
+/// One decoded signature and the algorithm it claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub algorithm: Algorithm,
+    pub bytes: Vec<u8>,
+}
+
+/// What a signature value holds once parsed: decoded candidates and maybe a timestamp.
 #[derive(Debug, Default)]
 pub struct ParsedSignature {
-    pub candidates: Vec<Vec<u8>>,
+    pub candidates: Vec<Candidate>,
     pub timestamp: Option<String>,
 }
 
-/// Parses a header value. Candidates that do not decode are dropped: a header with one
-/// good and one garbled signature still verifies through the good one, as providers expect
-/// during rotation. Returns `None` when nothing usable is present.
-pub fn parse_signature_header(
+/// Why a signature value cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseError {
+    /// Nothing decodable (or a second timestamp, which makes the signed string ambiguous).
+    Unusable,
+    TooMany,
+}
+
+/// Parses one value into `into`. Candidates that do not decode are dropped: a header with
+/// one good and one garbled signature still verifies through the good one, as providers
+/// expect during rotation. `prefix` must start every signature, and is stripped.
+pub fn parse_signature_value(
     format: &SignatureFormat,
+    prefix: &str,
+    algorithm: Algorithm,
     encoding: Encoding,
     value: &str,
-) -> Option<ParsedSignature> {
-    let mut parsed = ParsedSignature::default();
+    into: &mut ParsedSignature,
+) -> Result<(), ParseError> {
+    let push = |into: &mut ParsedSignature, algorithm: Algorithm, sig: &str| {
+        if let Some(bytes) = sig.strip_prefix(prefix).and_then(|s| decode(encoding, s)) {
+            if into.candidates.len() == MAX_CANDIDATES {
+                return Err(ParseError::TooMany);
+            }
+            into.candidates.push(Candidate { algorithm, bytes });
+        }
+        Ok(())
+    };
     match format {
-        SignatureFormat::Raw { prefix } => {
-            let sig = value.trim().strip_prefix(prefix.as_str())?;
-            parsed.candidates.extend(decode(encoding, sig));
+        SignatureFormat::Raw => {
+            // A token is compared as sent; a MAC's surrounding whitespace is not part of it.
+            let v = if encoding == Encoding::Text { value } else { value.trim() };
+            push(into, algorithm, v)?;
         }
         SignatureFormat::KeyValue {
             pair_separator,
@@ -47,13 +76,12 @@ pub fn parse_signature_header(
                     continue;
                 };
                 if timestamp_key.as_deref() == Some(k) {
-                    if parsed.timestamp.is_some() {
-                        // Two timestamps make the signed string ambiguous: refuse the header.
-                        return None;
+                    if into.timestamp.is_some() {
+                        return Err(ParseError::Unusable);
                     }
-                    parsed.timestamp = Some(v.to_owned());
+                    into.timestamp = Some(v.to_owned());
                 } else if signature_keys.iter().any(|s| s == k) {
-                    parsed.candidates.extend(decode(encoding, v));
+                    push(into, algorithm, v)?;
                 }
             }
         }
@@ -66,17 +94,27 @@ pub fn parse_signature_header(
                 let Some((version, sig)) = item.split_once(item_separator.as_str()) else {
                     continue;
                 };
-                if versions.iter().any(|v| v == version) {
-                    parsed.candidates.extend(decode(encoding, sig));
+                if let Some((_, algorithm)) = versions.iter().find(|(v, _)| v == version) {
+                    push(into, *algorithm, sig)?;
                 }
             }
         }
     }
-    if parsed.candidates.is_empty() {
-        None
-    } else {
-        Some(parsed)
-    }
+    Ok(())
+}
+
+/// Parses a whole header value; `None` when nothing usable is present. Exposed for
+/// property tests and fuzzing.
+pub fn parse_signature_header(
+    format: &SignatureFormat,
+    prefix: &str,
+    algorithm: Algorithm,
+    encoding: Encoding,
+    value: &str,
+) -> Option<ParsedSignature> {
+    let mut parsed = ParsedSignature::default();
+    parse_signature_value(format, prefix, algorithm, encoding, value, &mut parsed).ok()?;
+    (!parsed.candidates.is_empty()).then_some(parsed)
 }
 
 fn decode(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
@@ -87,58 +125,8 @@ fn decode(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
         // hex::decode accepts either case: providers send lower-case, some proxies upper-case it.
         Encoding::Hex => hex::decode(s).ok(),
         Encoding::Base64 => BASE64_LENIENT.decode(s).ok(),
+        Encoding::Text => Some(s.as_bytes().to_vec()),
     }
-}
-
-/// A secret turned into MAC key bytes as the provider's scheme says.
-pub struct SecretKey(SecretSlice<u8>);
-
-impl std::fmt::Debug for SecretKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SecretKey([redacted])")
-    }
-}
-
-impl SecretKey {
-    pub fn derive(spec: &SecretSpec, secret: &str) -> Result<Self, &'static str> {
-        if secret.is_empty() {
-            return Err("is empty");
-        }
-        let body = secret
-            .strip_prefix(spec.strip_prefix.as_str())
-            .unwrap_or(secret);
-        let bytes = match spec.encoding {
-            SecretEncoding::Utf8 => body.as_bytes().to_vec(),
-            SecretEncoding::Base64 => BASE64_LENIENT
-                .decode(body)
-                .map_err(|_| "is not valid base64 after its prefix")?,
-        };
-        if bytes.is_empty() {
-            return Err("is empty after its prefix");
-        }
-        Ok(Self(bytes.into()))
-    }
-
-    pub fn mac(&self, algorithm: Algorithm, message: &[u8]) -> Vec<u8> {
-        let key = self.0.expose_secret();
-        match algorithm {
-            Algorithm::HmacSha1 => run_mac::<Hmac<sha1::Sha1>>(key, message),
-            Algorithm::HmacSha256 => run_mac::<Hmac<sha2::Sha256>>(key, message),
-            Algorithm::HmacSha512 => run_mac::<Hmac<sha2::Sha512>>(key, message),
-        }
-    }
-}
-
-fn run_mac<M: Mac + hmac::digest::KeyInit>(key: &[u8], message: &[u8]) -> Vec<u8> {
-    let mut mac =
-        <M as hmac::digest::KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    mac.update(message);
-    mac.finalize().into_bytes().to_vec()
-}
-
-/// Constant-time over equal lengths; a length mismatch reveals only the algorithm's output size.
-pub fn macs_equal(expected: &[u8], candidate: &[u8]) -> bool {
-    expected.len() == candidate.len() && bool::from(expected.ct_eq(candidate))
 }
 
 #[cfg(test)]
@@ -154,36 +142,51 @@ mod tests {
         }
     }
 
+    fn bytes(p: &ParsedSignature) -> Vec<Vec<u8>> {
+        p.candidates.iter().map(|c| c.bytes.clone()).collect()
+    }
+
+    const H: Algorithm = Algorithm::HmacSha256;
+
     #[test]
     fn kv_collects_every_v1_and_ignores_v0() {
-        let p = parse_signature_header(&kv(), Encoding::Hex, "t=5,v1=aa,v0=bb,v1=CC").unwrap();
+        let p = parse_signature_header(&kv(), "", H, Encoding::Hex, "t=5,v1=aa,v0=bb,v1=CC").unwrap();
         assert_eq!(p.timestamp.as_deref(), Some("5"));
-        assert_eq!(p.candidates, vec![vec![0xaa], vec![0xcc]]);
+        assert_eq!(bytes(&p), vec![vec![0xaa], vec![0xcc]]);
     }
 
     #[test]
     fn kv_refuses_two_timestamps() {
-        assert!(parse_signature_header(&kv(), Encoding::Hex, "t=5,t=6,v1=aa").is_none());
+        assert!(parse_signature_header(&kv(), "", H, Encoding::Hex, "t=5,t=6,v1=aa").is_none());
     }
 
     #[test]
-    fn raw_requires_the_prefix() {
-        let raw = SignatureFormat::Raw {
-            prefix: "sha256=".into(),
-        };
-        assert!(parse_signature_header(&raw, Encoding::Hex, "aa").is_none());
-        assert!(parse_signature_header(&raw, Encoding::Hex, "sha256=aa").is_some());
-        assert!(parse_signature_header(&raw, Encoding::Hex, "sha256=").is_none());
+    fn the_prefix_is_required_in_every_format() {
+        let raw = SignatureFormat::Raw;
+        assert!(parse_signature_header(&raw, "sha256=", H, Encoding::Hex, "aa").is_none());
+        assert!(parse_signature_header(&raw, "sha256=", H, Encoding::Hex, "sha256=aa").is_some());
+        assert!(parse_signature_header(&raw, "sha256=", H, Encoding::Hex, "sha256=").is_none());
+        let p = parse_signature_header(&kv(), "x", H, Encoding::Hex, "t=1,v1=aa,v1=xbb").unwrap();
+        assert_eq!(bytes(&p), vec![vec![0xbb]]);
     }
 
     #[test]
-    fn base64_secret_must_decode() {
-        let spec = SecretSpec {
-            encoding: SecretEncoding::Base64,
-            strip_prefix: "whsec_".into(),
+    fn list_versions_carry_their_algorithm() {
+        let list = SignatureFormat::List {
+            list_separator: " ".into(),
+            item_separator: ",".into(),
+            versions: vec![("v1".into(), H), ("v1a".into(), Algorithm::Ed25519)],
         };
-        assert!(SecretKey::derive(&spec, "whsec_!!!").is_err());
-        assert!(SecretKey::derive(&spec, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_ok());
-        assert!(SecretKey::derive(&spec, "").is_err());
+        let p = parse_signature_header(&list, "", H, Encoding::Base64, "v1,qg== v1a,uw== v2,zA==").unwrap();
+        let algs: Vec<_> = p.candidates.iter().map(|c| c.algorithm).collect();
+        assert_eq!(algs, vec![H, Algorithm::Ed25519]);
+    }
+
+    #[test]
+    fn a_thousand_signatures_are_refused() {
+        let value = vec!["v1=aa"; 1000].join(",");
+        assert!(parse_signature_header(&kv(), "", H, Encoding::Hex, &value).is_none());
+        let value = vec!["v1=aa"; MAX_CANDIDATES].join(",");
+        assert!(parse_signature_header(&kv(), "", H, Encoding::Hex, &value).is_some());
     }
 }

@@ -1,34 +1,49 @@
-//! The signed-payload template: which bytes the provider signed, e.g. `{timestamp}.{body}`.
+//! Templates: which bytes a provider signed (`{timestamp}.{body}`), and what a handshake
+//! answers (`{json:/challenge}`).
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Segment {
-    Body,
-    Timestamp,
-    Id,
-}
+use super::definition::Location;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
+pub enum TemplatePart {
     Literal(String),
     Body,
     Timestamp,
     Id,
-    Header(String),
+    /// The URL the provider called: the source's `public_url` plus the request's query.
+    Url,
+    Method,
+    /// Form parameters sorted by name, each as name then value (Twilio).
+    FormParams,
+    /// A header, body field or query parameter.
+    Value(Location),
+    /// HMAC-SHA256 of a value under the matching secret, lower-case hex (Zoom's handshake).
+    HmacSha256Hex(Location),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayloadTemplate(Vec<Part>);
+pub struct Template(Vec<TemplatePart>);
+
+/// What a template may contain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateKind {
+    SignedPayload,
+    HandshakeAnswer,
+}
 
 /// The values a template is rendered with.
-pub struct PayloadValues<'a> {
+pub struct RenderValues<'a> {
     pub body: &'a [u8],
     pub timestamp: Option<&'a str>,
     pub id: Option<&'a str>,
-    pub header: &'a dyn Fn(&str) -> Option<&'a str>,
+    pub url: Option<&'a str>,
+    pub method: &'a str,
+    pub form_params: Option<&'a [u8]>,
+    pub lookup: &'a dyn Fn(&Location) -> Option<String>,
+    pub hmac_sha256_hex: &'a dyn Fn(&[u8]) -> Option<String>,
 }
 
-impl PayloadTemplate {
-    pub fn parse(s: &str) -> Result<Self, String> {
+impl Template {
+    pub fn parse(s: &str, kind: TemplateKind) -> Result<Self, String> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = s;
@@ -39,92 +54,158 @@ impl PayloadTemplate {
                 .find('}')
                 .ok_or_else(|| format!("has an unclosed '{{' in {s:?}"))?;
             let name = &after[..close];
-            let part = match name {
-                "body" => Part::Body,
-                "timestamp" => Part::Timestamp,
-                "id" => Part::Id,
-                _ => match name.strip_prefix("header:") {
-                    Some(h) if !h.is_empty() => Part::Header(h.to_ascii_lowercase()),
-                    _ => {
-                        return Err(format!(
-                            "has unknown placeholder {{{name}}}; expected {{body}}, {{timestamp}}, {{id}} or {{header:Name}}"
-                        ))
-                    }
-                },
-            };
+            let part = parse_placeholder(name, kind)?;
             if !literal.is_empty() {
-                parts.push(Part::Literal(std::mem::take(&mut literal)));
+                parts.push(TemplatePart::Literal(std::mem::take(&mut literal)));
             }
             parts.push(part);
             rest = &after[close + 1..];
         }
         literal.push_str(rest);
         if !literal.is_empty() {
-            parts.push(Part::Literal(literal));
-        }
-        if !parts.contains(&Part::Body) {
-            return Err("must contain {body}".into());
+            parts.push(TemplatePart::Literal(literal));
         }
         Ok(Self(parts))
     }
 
-    pub fn uses(&self, segment: Segment) -> bool {
-        self.0.iter().any(|p| {
-            matches!(
-                (p, segment),
-                (Part::Body, Segment::Body)
-                    | (Part::Timestamp, Segment::Timestamp)
-                    | (Part::Id, Segment::Id)
-            )
-        })
+    pub fn uses(&self, part: &TemplatePart) -> bool {
+        self.0.contains(part)
     }
 
-    /// The (lower-case) names of the headers the template reads.
-    pub fn headers(&self) -> impl Iterator<Item = &str> {
+    pub fn parts(&self) -> &[TemplatePart] {
+        &self.0
+    }
+
+    /// The locations the template reads.
+    pub fn locations(&self) -> impl Iterator<Item = &Location> {
         self.0.iter().filter_map(|p| match p {
-            Part::Header(h) => Some(h.as_str()),
+            TemplatePart::Value(l) | TemplatePart::HmacSha256Hex(l) => Some(l),
             _ => None,
         })
     }
 
-    /// Renders the exact bytes to MAC. `None` when a value the template needs is absent.
-    pub fn render(&self, values: &PayloadValues<'_>) -> Option<Vec<u8>> {
+    /// The exact bytes. `None` when a value the template needs is absent.
+    pub fn render(&self, values: &RenderValues<'_>) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity(values.body.len() + 64);
         for part in &self.0 {
             match part {
-                Part::Literal(l) => out.extend_from_slice(l.as_bytes()),
-                Part::Body => out.extend_from_slice(values.body),
-                Part::Timestamp => out.extend_from_slice(values.timestamp?.as_bytes()),
-                Part::Id => out.extend_from_slice(values.id?.as_bytes()),
-                Part::Header(h) => out.extend_from_slice((values.header)(h)?.as_bytes()),
+                TemplatePart::Literal(l) => out.extend_from_slice(l.as_bytes()),
+                TemplatePart::Body => out.extend_from_slice(values.body),
+                TemplatePart::Timestamp => out.extend_from_slice(values.timestamp?.as_bytes()),
+                TemplatePart::Id => out.extend_from_slice(values.id?.as_bytes()),
+                TemplatePart::Url => out.extend_from_slice(values.url?.as_bytes()),
+                TemplatePart::Method => out.extend_from_slice(values.method.as_bytes()),
+                TemplatePart::FormParams => out.extend_from_slice(values.form_params?),
+                TemplatePart::Value(l) => out.extend_from_slice((values.lookup)(l)?.as_bytes()),
+                TemplatePart::HmacSha256Hex(l) => {
+                    let v = (values.lookup)(l)?;
+                    out.extend_from_slice((values.hmac_sha256_hex)(v.as_bytes())?.as_bytes())
+                }
             }
         }
         Some(out)
     }
 }
 
+fn parse_placeholder(name: &str, kind: TemplateKind) -> Result<TemplatePart, String> {
+    let signed = kind == TemplateKind::SignedPayload;
+    Ok(match name {
+        "body" if signed => TemplatePart::Body,
+        "timestamp" if signed => TemplatePart::Timestamp,
+        "id" if signed => TemplatePart::Id,
+        "url" if signed => TemplatePart::Url,
+        "method" if signed => TemplatePart::Method,
+        "form_params" if signed => TemplatePart::FormParams,
+        _ => {
+            if let Some(loc) = name.strip_prefix("hmac-sha256-hex:") {
+                if signed {
+                    return Err(format!("cannot use {{{name}}} in a signed payload"));
+                }
+                TemplatePart::HmacSha256Hex(Location::parse_plain(loc)?)
+            } else if name.starts_with("header:")
+                || name.starts_with("json:")
+                || name.starts_with("query:")
+            {
+                TemplatePart::Value(Location::parse_plain(name)?)
+            } else if signed {
+                return Err(format!(
+                    "has unknown placeholder {{{name}}}; expected {{body}}, {{timestamp}}, {{id}}, {{url}}, {{method}}, {{form_params}}, {{header:Name}}, {{json:/pointer}} or {{query:name}}"
+                ));
+            } else {
+                return Err(format!(
+                    "has unknown placeholder {{{name}}}; expected {{json:/pointer}}, {{query:name}}, {{header:Name}} or {{hmac-sha256-hex:<location>}}"
+                ));
+            }
+        }
+    })
+}
+
+/// Twilio's signed form: parameters sorted by name, a repeated name's values sorted too, each
+/// written as name then value with no separators.
+pub fn sorted_form_params(body: &[u8]) -> Vec<u8> {
+    let mut pairs: Vec<(String, String)> = url::form_urlencoded::parse(body)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    pairs.sort();
+    let mut out = Vec::with_capacity(body.len());
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(v.as_bytes());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_standard_webhooks_template() {
-        let t = PayloadTemplate::parse("{id}.{timestamp}.{body}").unwrap();
-        let none = |_: &str| None;
-        let v = PayloadValues {
+    fn values<'a>(lookup: &'a dyn Fn(&Location) -> Option<String>) -> RenderValues<'a> {
+        RenderValues {
             body: b"{}",
             timestamp: Some("1"),
             id: Some("msg"),
-            header: &none,
-        };
-        assert_eq!(t.render(&v).unwrap(), b"msg.1.{}");
-        assert!(t.uses(Segment::Id) && t.uses(Segment::Timestamp));
+            url: Some("https://h/p?q=1"),
+            method: "POST",
+            form_params: None,
+            lookup,
+            hmac_sha256_hex: &|_| None,
+        }
     }
 
     #[test]
-    fn rejects_unknown_placeholders_and_missing_body() {
-        assert!(PayloadTemplate::parse("{tiemstamp}.{body}").is_err());
-        assert!(PayloadTemplate::parse("{timestamp}").is_err());
-        assert!(PayloadTemplate::parse("{body").is_err());
+    fn renders_every_placeholder() {
+        let lookup = |l: &Location| match l {
+            Location::Json(p) if p == "/t" => Some("tok".to_owned()),
+            _ => None,
+        };
+        let t = Template::parse(
+            "{id}.{timestamp}.{body}|{method}{url}|{json:/t}",
+            TemplateKind::SignedPayload,
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&values(&lookup)).unwrap(),
+            b"msg.1.{}|POSThttps://h/p?q=1|tok"
+        );
+        assert!(t.uses(&TemplatePart::Id) && t.uses(&TemplatePart::Timestamp));
+        let missing = Template::parse("{json:/absent}", TemplateKind::SignedPayload).unwrap();
+        assert!(missing.render(&values(&lookup)).is_none());
+    }
+
+    #[test]
+    fn rejects_unknown_placeholders() {
+        let s = TemplateKind::SignedPayload;
+        assert!(Template::parse("{tiemstamp}.{body}", s).is_err());
+        assert!(Template::parse("{body", s).is_err());
+        assert!(Template::parse("{hmac-sha256-hex:json:/a}", s).is_err());
+        assert!(Template::parse("{body}", TemplateKind::HandshakeAnswer).is_err());
+    }
+
+    #[test]
+    fn form_params_are_sorted_by_name_then_value() {
+        assert_eq!(
+            sorted_form_params(b"To=%2B1&Digits=5678&Sid=CA1&Digits=1234"),
+            b"Digits1234Digits5678SidCA1To+1"
+        );
     }
 }

@@ -1,23 +1,27 @@
 //! Turning an `Unverified` request into a `Verified` one for one source.
 
-use std::cell::OnceCell;
+use secrecy::{ExposeSecret, SecretSlice};
+use sha2::{Digest as _, Sha256};
 
-use serde_json::Value;
-
-use super::definition::{ChallengeKind, Location, ProviderDefinition, TimestampSource};
-use super::json_pointer::pointer_values;
-use super::request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
-use super::signature::{macs_equal, parse_signature_header, SecretKey};
-use super::template::{PayloadValues, Segment};
+use super::definition::{
+    Algorithm, Location, ProviderDefinition, ResponseSpec, SignatureSource, TimestampFormat,
+    TimestampSource,
+};
+use super::handshake::HandshakeSpec;
+use super::keys::{bytes_equal, SigningKey, VerifyKey};
+use super::request::{HeaderLookup, Unverified, Verified, VerifiedEvent};
+use super::signature::{parse_signature_value, Candidate, ParseError, ParsedSignature};
+use super::template::{sorted_form_params, RenderValues, TemplatePart};
+use super::view::{single_header, RequestView};
 use crate::domain::ProviderEventId;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VerifyError {
-    #[error("no signature header ({0}) in the request")]
+    #[error("no signature ({0}) in the request")]
     MissingSignature(String),
     #[error("the signature does not match any configured secret")]
     InvalidSignature,
-    #[error("the signature header is malformed: {0}")]
+    #[error("the signature is malformed: {0}")]
     MalformedSignature(&'static str),
     #[error("the signed timestamp is outside the {0} s tolerance")]
     TimestampOutOfTolerance(i64),
@@ -27,8 +31,14 @@ pub enum VerifyError {
     /// included, which PostgreSQL cannot store as text) or over 255 bytes.
     #[error("the event id cannot be used: {0}")]
     InvalidEventId(String),
-    #[error("the body is not valid JSON, and the event id is read from it")]
+    #[error("the body is not valid JSON, and a value is read from it")]
     MalformedBody,
+    #[error("this request is not a handshake the provider sends")]
+    UnknownHandshake,
+    #[error("the handshake's verify token does not match the source's")]
+    InvalidVerifyToken,
+    #[error("the handshake cannot be answered: {0}")]
+    InvalidHandshake(&'static str),
 }
 
 impl VerifyError {
@@ -40,6 +50,9 @@ impl VerifyError {
             Self::MissingEventId(_) => "missing_event_id",
             Self::InvalidEventId(_) => "invalid_event_id",
             Self::MalformedBody => "malformed_body",
+            Self::UnknownHandshake => "unknown_handshake",
+            Self::InvalidVerifyToken => "invalid_verify_token",
+            Self::InvalidHandshake(_) => "invalid_handshake",
         }
     }
 }
@@ -48,53 +61,151 @@ impl VerifyError {
 #[derive(Debug)]
 pub struct SourceVerifier {
     definition: ProviderDefinition,
-    keys: Vec<SecretKey>,
+    keys: Vec<VerifyKey>,
+    public_url: Option<String>,
+    verify_token: Option<SecretSlice<u8>>,
+    signing_key: Option<SigningKey>,
 }
 
 impl SourceVerifier {
-    /// `secrets` in order of preference; the error gives the index of a secret that is unusable.
+    /// `secrets` in order of preference; the error gives the index of a secret that is
+    /// unusable. For asymmetric providers the "secrets" are public keys; a definition that
+    /// takes both (Standard Webhooks) tells them apart by the public key's prefix.
     pub fn new(
         definition: ProviderDefinition,
         secrets: &[&str],
     ) -> Result<Self, (usize, &'static str)> {
+        let asymmetric = definition.asymmetric_algorithm();
+        let takes_secrets = definition.takes_secrets();
         let keys = secrets
             .iter()
             .enumerate()
-            .map(|(i, s)| SecretKey::derive(&definition.secret, s).map_err(|e| (i, e)))
+            .map(|(i, s)| {
+                let key = match (asymmetric, &definition.public_key) {
+                    (Some(alg), Some(pk))
+                        if !takes_secrets
+                            || (!pk.strip_prefix.is_empty() && s.starts_with(&pk.strip_prefix)) =>
+                    {
+                        VerifyKey::public(pk, alg, s)
+                    }
+                    _ => VerifyKey::secret(&definition.secret, s),
+                };
+                key.map_err(|e| (i, e))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if keys.is_empty() {
             return Err((0, "list is empty"));
         }
-        Ok(Self { definition, keys })
+        Ok(Self {
+            definition,
+            keys,
+            public_url: None,
+            verify_token: None,
+            signing_key: None,
+        })
+    }
+
+    /// The URL the provider calls, as it calls it (behind a proxy, not the one hookgate
+    /// sees): `https://host[:port]/path`, no query.
+    pub fn with_public_url(mut self, url: &str) -> Result<Self, &'static str> {
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .ok_or("must start with https:// or http://")?;
+        if rest.is_empty() || rest.starts_with('/') || url.contains(['?', '#']) {
+            return Err("must be an absolute URL with a host and no query or fragment");
+        }
+        self.public_url = Some(url.to_owned());
+        Ok(self)
+    }
+
+    pub fn with_verify_token(mut self, token: &str) -> Self {
+        self.verify_token = Some(token.as_bytes().to_vec().into());
+        self
+    }
+
+    /// A private key `hookgate send` signs test events with (asymmetric providers only).
+    pub fn with_signing_key(mut self, key: &str) -> Result<Self, &'static str> {
+        let (Some(alg), Some(spec)) = (
+            self.definition.asymmetric_algorithm(),
+            &self.definition.public_key,
+        ) else {
+            return Err("applies only to providers with public-key signatures");
+        };
+        self.signing_key = Some(SigningKey::parse(spec, alg, key)?);
+        Ok(self)
     }
 
     pub fn provider_name(&self) -> &str {
         &self.definition.name
     }
 
-    pub(super) fn definition(&self) -> &ProviderDefinition {
+    pub fn definition(&self) -> &ProviderDefinition {
         &self.definition
     }
 
-    /// The preferred (first listed) secret's key: what a sender signs with.
-    pub(super) fn first_key(&self) -> &SecretKey {
-        &self.keys[0]
+    /// The answer to an accepted event, when the provider needs a particular one.
+    pub fn response(&self) -> Option<&ResponseSpec> {
+        self.definition.response.as_ref()
+    }
+
+    pub(super) fn keys(&self) -> &[VerifyKey] {
+        &self.keys
+    }
+
+    pub(super) fn signing_key(&self) -> Option<&SigningKey> {
+        self.signing_key.as_ref()
+    }
+
+    /// `{url}` as the provider may have signed it: the public URL with the request's query,
+    /// and the same with the scheme's default port added or removed (Twilio's libraries
+    /// accept either, as proxies differ in what they pass on).
+    pub(super) fn signed_urls(&self, query: &str) -> Vec<String> {
+        let Some(base) = &self.public_url else {
+            return Vec::new();
+        };
+        let with_query = |b: &str| match query {
+            "" => b.to_owned(),
+            q => format!("{b}?{q}"),
+        };
+        let mut urls = vec![with_query(base)];
+        let (scheme, port) = if base.starts_with("https://") {
+            ("https://", ":443")
+        } else {
+            ("http://", ":80")
+        };
+        let rest = &base[scheme.len()..];
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let host_end = authority.rfind(']').unwrap_or(0);
+        let other = if let Some(host) = authority.strip_suffix(port) {
+            format!("{scheme}{host}{path}")
+        } else if !authority[host_end..].contains(':') {
+            format!("{scheme}{authority}{port}{path}")
+        } else {
+            return urls;
+        };
+        urls.push(with_query(&other));
+        urls
     }
 }
 
 impl Unverified {
-    /// Checks the signature against every secret, then the timestamp, then reads the id.
+    /// Answers a handshake, or checks the signature, then the timestamp, then reads the id.
     /// `now` is unix seconds, passed in so tests can pin the clock.
     pub fn verify(self, verifier: &SourceVerifier, now: i64) -> Result<Verified, VerifyError> {
         let def = &verifier.definition;
-        let spec = &def.signature;
-        let sig_value = first_present(&self.headers, &spec.headers)?
-            .ok_or_else(|| VerifyError::MissingSignature(spec.headers.join(" or ")))?;
-        if sig_value.trim().is_empty() {
-            return Err(VerifyError::MissingSignature(spec.headers.join(" or ")));
+        let view = RequestView::new(&self, &def.body_pointers);
+        // Handshakes the provider does not sign (GET challenges, Graph's validationToken).
+        for h in def.handshakes.iter().filter(|h| !h.signed) {
+            if h.matches(view.method, &|l| view.lookup(l)) {
+                return answer(h, &view, verifier, None);
+            }
         }
-        let parsed = parse_signature_header(&spec.format, spec.encoding, sig_value)
-            .ok_or(VerifyError::MalformedSignature("no decodable signature"))?;
+        if view.method != "POST" {
+            return Err(VerifyError::UnknownHandshake);
+        }
+        let spec = &def.signature;
+        let (parsed, every_must_match) = candidates(&view, def)?;
 
         let timestamp = match &def.timestamp {
             None => None,
@@ -103,15 +214,14 @@ impl Unverified {
                     .timestamp
                     .clone()
                     .ok_or(VerifyError::MalformedSignature("no timestamp field"))?,
-                TimestampSource::Headers(names) => first_present(&self.headers, names)?
-                    .ok_or_else(|| VerifyError::MissingSignature(names.join(" or ")))?
-                    .to_owned(),
+                TimestampSource::Locations(locations) => signed_value(&view, locations)?
+                    .ok_or_else(|| VerifyError::MissingSignature(describe(locations)))?,
             }),
         };
         // When the id is signed, the id stored as the dedupe key must be that very value:
         // read it once, refusing a repeated header, and use it for both.
-        let signed_id = if spec.payload.uses(Segment::Id) {
-            match header_lookup(&def.event_id, &self.headers)? {
+        let signed_id = if spec.uses(&TemplatePart::Id) {
+            match header_id(&def.event_id, &self)? {
                 Some(id) => Some(id),
                 // Unauthenticated so far: say only that the signature cannot be checked.
                 None => {
@@ -123,75 +233,92 @@ impl Unverified {
         } else {
             None
         };
-        let headers = &self.headers;
-        let header = move |name: &str| -> Option<&str> {
-            headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v)
-        };
-        let payload = spec
-            .payload
-            .render(&PayloadValues {
-                body: &self.body,
-                timestamp: timestamp.as_deref(),
-                id: signed_id,
-                header: &header,
-            })
-            .ok_or(VerifyError::MalformedSignature(
-                "a signed header is missing",
-            ))?;
-
-        let mut matched = None;
-        for (index, key) in verifier.keys.iter().enumerate() {
-            let expected = key.mac(spec.algorithm, &payload);
-            if parsed.candidates.iter().any(|c| macs_equal(&expected, c)) {
-                matched = Some(index);
-                break;
+        let form_params = if spec.uses(&TemplatePart::FormParams) {
+            match spec.body_digest_query.as_deref().and_then(|q| view.query(q)) {
+                // The URL is signed and carries the body's digest: the body is covered by it.
+                Some(sent) => {
+                    let actual = hex::encode(Sha256::digest(view.body));
+                    if !bytes_equal(actual.as_bytes(), sent.to_ascii_lowercase().as_bytes()) {
+                        return Err(VerifyError::InvalidSignature);
+                    }
+                    Some(Vec::new())
+                }
+                None => Some(sorted_form_params(view.body)),
             }
-        }
-        let secret_index = matched.ok_or(VerifyError::InvalidSignature)?;
+        } else {
+            None
+        };
+        let payloads = match &spec.payload {
+            None => vec![Vec::new()],
+            Some(template) => {
+                let urls = verifier.signed_urls(view.raw_query);
+                let urls: Vec<Option<&str>> = if urls.is_empty() {
+                    vec![None]
+                } else {
+                    urls.iter().map(|u| Some(u.as_str())).collect()
+                };
+                let lookup = |l: &Location| view.lookup(l);
+                let mut payloads = Vec::with_capacity(urls.len());
+                for url in urls {
+                    let payload = template
+                        .render(&RenderValues {
+                            body: view.body,
+                            timestamp: timestamp.as_deref(),
+                            id: signed_id,
+                            url,
+                            method: view.method,
+                            form_params: form_params.as_deref(),
+                            lookup: &lookup,
+                            hmac_sha256_hex: &|_| None,
+                        })
+                        .ok_or(VerifyError::MalformedSignature("a signed value is missing"))?;
+                    payloads.push(payload);
+                }
+                payloads
+            }
+        };
+
+        let matches = |key: &VerifyKey, c: &Candidate| {
+            key.serves(c.algorithm) && payloads.iter().any(|p| key.check(c.algorithm, p, &c.bytes))
+        };
+        let secret_index = if every_must_match {
+            // Each value must be authentic; the index reported is the first one's key.
+            let mut first = None;
+            for c in &parsed.candidates {
+                let i = verifier.keys.iter().position(|k| matches(k, c));
+                first.get_or_insert(i.ok_or(VerifyError::InvalidSignature)?);
+            }
+            first.ok_or(VerifyError::InvalidSignature)?
+        } else {
+            verifier
+                .keys
+                .iter()
+                .position(|k| parsed.candidates.iter().any(|c| matches(k, c)))
+                .ok_or(VerifyError::InvalidSignature)?
+        };
 
         if let (Some(ts_spec), Some(ts)) = (&def.timestamp, &timestamp) {
-            // Only plain decimal seconds: "+5", " 5" or "5.0" are not what any provider sends.
-            if ts.is_empty() || !ts.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(VerifyError::MalformedSignature("timestamp is not a number"));
-            }
-            let ts: i64 = ts
-                .parse()
-                .map_err(|_| VerifyError::TimestampOutOfTolerance(ts_spec.tolerance_seconds))?;
-            if (now - ts).abs() > ts_spec.tolerance_seconds {
+            let seconds = timestamp_seconds(ts_spec.format, ts)
+                .ok_or(VerifyError::MalformedSignature("the timestamp cannot be read"))?;
+            if (now - seconds).abs() > ts_spec.tolerance_seconds {
                 return Err(VerifyError::TimestampOutOfTolerance(
                     ts_spec.tolerance_seconds,
                 ));
             }
         }
 
-        // Authentic from here on: parsing the body is now safe.
-        let challenge_pointers: &[&str] = match def.challenge {
-            Some(ChallengeKind::SlackUrlVerification) => &[SLACK_TYPE, SLACK_CHALLENGE],
-            None => &[],
-        };
-        let fields = BodyFields::new(
-            &self.body,
-            [&def.event_id, &def.event_type],
-            challenge_pointers,
-        );
-        if def.challenge == Some(ChallengeKind::SlackUrlVerification) {
-            let field = |pointer| fields.get(pointer).ok().flatten().and_then(Value::as_str);
-            if field(SLACK_TYPE) == Some("url_verification") {
-                let challenge = field(SLACK_CHALLENGE).unwrap_or_default();
-                return Ok(Verified::Challenge(challenge.to_owned()));
+        // Authentic from here on.
+        for h in def.handshakes.iter().filter(|h| h.signed) {
+            if h.matches(view.method, &|l| view.lookup(l)) {
+                return answer(h, &view, verifier, Some(secret_index));
             }
         }
         let raw_id = match signed_id {
             Some(id) => id.to_owned(),
-            None => match lookup(&def.event_id, &self.headers, &fields) {
-                Lookup::Found(id) => id,
-                Lookup::MalformedJson => return Err(VerifyError::MalformedBody),
-                Lookup::NotFound => {
-                    return Err(VerifyError::MissingEventId(describe(&def.event_id)))
-                }
+            None => match first_value(&view, &def.event_id) {
+                Ok(Some(id)) => id,
+                Ok(None) => return Err(VerifyError::MissingEventId(describe(&def.event_id))),
+                Err(e) => return Err(e),
             },
         };
         let provider_event_id = ProviderEventId::parse(&raw_id).map_err(|e| {
@@ -201,10 +328,8 @@ impl Unverified {
                 VerifyError::InvalidEventId(e.to_string())
             }
         })?;
-        let event_type = match lookup(&def.event_type, &self.headers, &fields) {
-            Lookup::Found(t) => Some(t),
-            _ => None,
-        };
+        let event_type = first_value(&view, &def.event_type).ok().flatten();
+        drop(view);
         Ok(Verified::Event(VerifiedEvent {
             headers: self.headers,
             body: self.body,
@@ -216,136 +341,200 @@ impl Unverified {
     }
 }
 
-/// The first of `names` present; a header sent twice is refused rather than guessed at.
-fn first_present<'a>(
-    headers: &'a RequestHeaders,
-    names: &[String],
-) -> Result<Option<&'a str>, VerifyError> {
-    for name in names {
-        match headers.get_one(name) {
-            HeaderLookup::Absent => continue,
-            HeaderLookup::One(v) => return Ok(Some(v)),
-            HeaderLookup::Repeated => {
-                return Err(VerifyError::MalformedSignature(
-                    "a signature header is repeated",
-                ))
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// The first non-blank value among header locations; a repeated header is refused.
-fn header_lookup<'a>(
-    locations: &[Location],
-    headers: &'a RequestHeaders,
-) -> Result<Option<&'a str>, VerifyError> {
-    for loc in locations {
-        if let Location::Header(h) = loc {
-            match headers.get_one(h) {
-                HeaderLookup::One(v) if !v.trim().is_empty() => return Ok(Some(v)),
-                HeaderLookup::Repeated => {
-                    return Err(VerifyError::MalformedSignature(
-                        "the event id header is repeated",
-                    ))
+/// The candidate signatures, and whether every one of them must verify (a `*` pointer).
+fn candidates(
+    view: &RequestView<'_>,
+    def: &ProviderDefinition,
+) -> Result<(ParsedSignature, bool), VerifyError> {
+    let spec = &def.signature;
+    let (values, every_must_match, missing) = match &spec.source {
+        SignatureSource::Headers { names, every } => {
+            let mut values = Vec::new();
+            for name in names {
+                match view.headers.get_one(name) {
+                    HeaderLookup::Absent => continue,
+                    HeaderLookup::One(v) => values.push(v.to_owned()),
+                    HeaderLookup::Repeated => {
+                        return Err(VerifyError::MalformedSignature(
+                            "a signature header is repeated",
+                        ))
+                    }
                 }
-                _ => {}
+                if !every {
+                    break;
+                }
             }
+            (values, false, names.join(" or "))
+        }
+        SignatureSource::Body(pointer) => {
+            let every = pointer.contains("/*");
+            let values = if every {
+                view.expand(pointer)
+            } else {
+                view.value(&Location::Json(pointer.clone())).map(|v| vec![v])
+            }
+            .map_err(|_| VerifyError::MalformedBody)?;
+            // With `*`, an element without a signature cannot pass beside signed ones.
+            if every && values.len() > 1 && values.iter().any(Option::is_none) {
+                return Err(VerifyError::InvalidSignature);
+            }
+            let values: Vec<String> = values.into_iter().flatten().collect();
+            (values, pointer.contains("/*"), format!("body field {pointer}"))
+        }
+    };
+    if values.iter().all(|v| v.trim().is_empty()) {
+        return Err(VerifyError::MissingSignature(missing));
+    }
+    let mut parsed = ParsedSignature::default();
+    for value in &values {
+        let before = parsed.candidates.len();
+        parse_signature_value(
+            &spec.format,
+            &spec.prefix,
+            spec.algorithm,
+            spec.encoding,
+            value,
+            &mut parsed,
+        )
+        .map_err(|e| match e {
+            ParseError::TooMany => VerifyError::MalformedSignature("too many signatures"),
+            ParseError::Unusable => VerifyError::MalformedSignature("two timestamps"),
+        })?;
+        if every_must_match && parsed.candidates.len() == before {
+            // A value that yields no signature cannot be let through beside good ones.
+            return Err(VerifyError::MalformedSignature("a signature value is unusable"));
         }
     }
-    Ok(None)
+    if parsed.candidates.is_empty() {
+        return Err(VerifyError::MalformedSignature("no decodable signature"));
+    }
+    Ok((parsed, every_must_match))
 }
 
-enum Lookup {
-    Found(String),
-    NotFound,
-    MalformedJson,
-}
-
-/// Where Slack's `url_verification` handshake carries its type and challenge.
-const SLACK_TYPE: &str = "/type";
-const SLACK_CHALLENGE: &str = "/challenge";
-
-/// The body fields a definition reads (event id, type, a challenge's fields), all found in
-/// one pass over the body the first time one is asked for: a request whose values all come
-/// from headers never parses its body here.
-struct BodyFields<'a> {
-    body: &'a [u8],
-    pointers: Vec<&'a str>,
-    values: OnceCell<Result<Vec<Option<Value>>, serde_json::Error>>,
-}
-
-impl<'a> BodyFields<'a> {
-    fn new<const N: usize>(
-        body: &'a [u8],
-        location_lists: [&'a [Location]; N],
-        more_pointers: &[&'a str],
-    ) -> Self {
-        let pointers = location_lists
-            .into_iter()
-            .flatten()
-            .filter_map(|loc| match loc {
-                Location::Json(pointer) => Some(pointer.as_str()),
-                Location::Header(_) => None,
-            })
-            .chain(more_pointers.iter().copied())
-            .collect();
-        Self {
-            body,
-            pointers,
-            values: OnceCell::new(),
+fn answer(
+    handshake: &HandshakeSpec,
+    view: &RequestView<'_>,
+    verifier: &SourceVerifier,
+    key_index: Option<usize>,
+) -> Result<Verified, VerifyError> {
+    if let Some(location) = &handshake.verify_token {
+        let sent = view.lookup(location);
+        let ok = match (&sent, &verifier.verify_token) {
+            (Some(sent), Some(token)) => bytes_equal(token.expose_secret(), sent.as_bytes()),
+            _ => false,
+        };
+        if !ok {
+            return Err(VerifyError::InvalidVerifyToken);
         }
     }
-
-    /// `Err` when the body is not a JSON document.
-    fn get(&self, pointer: &str) -> Result<Option<&Value>, ()> {
-        let values = self
-            .values
-            .get_or_init(|| pointer_values(self.body, &self.pointers))
-            .as_ref()
-            .map_err(|_| ())?;
-        let at = self.pointers.iter().position(|p| *p == pointer);
-        Ok(at.and_then(|i| values[i].as_ref()))
-    }
+    let hmac = |m: &[u8]| {
+        key_index
+            .and_then(|i| verifier.keys[i].mac(Algorithm::HmacSha256, m))
+            .map(hex::encode)
+    };
+    let lookup = |l: &Location| view.lookup(l);
+    handshake
+        .answer(&RenderValues {
+            body: view.body,
+            timestamp: None,
+            id: None,
+            url: None,
+            method: view.method,
+            form_params: None,
+            lookup: &lookup,
+            hmac_sha256_hex: &hmac,
+        })
+        .map(Verified::Challenge)
+        .ok_or(VerifyError::InvalidHandshake(
+            "a value it echoes is missing or too long",
+        ))
 }
 
-/// The first value found among `locations`. The body is parsed only for a JSON location
-/// (a body that is not JSON is an error only if no location yields a value).
-fn lookup(locations: &[Location], headers: &RequestHeaders, body: &BodyFields) -> Lookup {
+/// The first non-blank value among `locations`. A header is read only when sent once; a
+/// body that is not JSON is an error only if no location yields a value.
+fn first_value(
+    view: &RequestView<'_>,
+    locations: &[Location],
+) -> Result<Option<String>, VerifyError> {
     let mut malformed = false;
     for loc in locations {
-        match loc {
-            Location::Header(h) => {
-                if let Some(v) = headers.get_all(h).next().filter(|v| !v.trim().is_empty()) {
-                    return Lookup::Found(v.to_owned());
-                }
-            }
-            Location::Json(pointer) => match body.get(pointer) {
-                Err(()) => malformed = true,
-                Ok(Some(Value::String(s))) if !s.is_empty() => return Lookup::Found(s.clone()),
-                // Only integers that fit 64 bits have an exact text: a larger number
-                // would be rounded, and two distinct ids would collide.
-                Ok(Some(Value::Number(n))) if n.is_i64() || n.is_u64() => {
-                    return Lookup::Found(n.to_string())
-                }
-                Ok(_) => {}
-            },
+        match view.value(loc) {
+            Ok(Some(v)) if !v.trim().is_empty() => return Ok(Some(v)),
+            Ok(_) => {}
+            Err(_) => malformed = true,
         }
     }
     if malformed {
-        Lookup::MalformedJson
+        Err(VerifyError::MalformedBody)
     } else {
-        Lookup::NotFound
+        Ok(None)
+    }
+}
+
+/// A signed value (the timestamp): the first location present, a header only when sent
+/// once, since two values make what was signed ambiguous.
+fn signed_value(
+    view: &RequestView<'_>,
+    locations: &[Location],
+) -> Result<Option<String>, VerifyError> {
+    for loc in locations {
+        let value = match loc {
+            Location::Header(h) => match view.headers.get_one(h) {
+                HeaderLookup::Absent => None,
+                HeaderLookup::One(v) => Some(v.to_owned()),
+                HeaderLookup::Repeated => {
+                    return Err(VerifyError::MalformedSignature("a signed header is repeated"))
+                }
+            },
+            other => view.value(other).map_err(|_| VerifyError::MalformedBody)?,
+        };
+        if value.is_some() {
+            return Ok(value);
+        }
+    }
+    Ok(None)
+}
+
+/// The signed id: from headers only, sent once.
+fn header_id<'a>(
+    locations: &[Location],
+    request: &'a Unverified,
+) -> Result<Option<&'a str>, VerifyError> {
+    let names: Vec<String> = locations
+        .iter()
+        .filter_map(|l| match l {
+            Location::Header(h) => Some(h.clone()),
+            _ => None,
+        })
+        .collect();
+    match single_header(&request.headers, &names) {
+        Ok(v) => Ok(v.filter(|v| !v.trim().is_empty())),
+        Err(()) => Err(VerifyError::MalformedSignature(
+            "the event id header is repeated",
+        )),
+    }
+}
+
+/// Unix seconds from a timestamp as sent. Only plain digits for numbers: "+5", " 5" or "5.0"
+/// are not what any provider sends.
+fn timestamp_seconds(format: TimestampFormat, s: &str) -> Option<i64> {
+    if s.is_empty() || s.len() > 64 {
+        return None;
+    }
+    let digits = || s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse::<i64>().ok()).flatten();
+    match format {
+        TimestampFormat::Seconds => digits(),
+        TimestampFormat::Milliseconds => digits().map(|ms| ms.div_euclid(1000)),
+        TimestampFormat::Rfc3339 => chrono::DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.timestamp()),
     }
 }
 
 fn describe(locations: &[Location]) -> String {
     locations
         .iter()
-        .map(|l| match l {
-            Location::Header(h) => format!("header {h}"),
-            Location::Json(p) => format!("body field {p}"),
-        })
+        .map(Location::describe)
         .collect::<Vec<_>>()
         .join(" or ")
 }

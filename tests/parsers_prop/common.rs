@@ -8,8 +8,8 @@ pub(crate) use base64::Engine as _;
 pub(crate) use bytes::Bytes;
 pub(crate) use hmac::{Hmac, Mac};
 pub(crate) use hookgate::verify::{
-    parse_definition, parse_signature_header, Encoding, Location, PayloadTemplate,
-    ProviderDefinition, ProviderRegistry, RequestHeaders, SignatureFormat, SourceVerifier,
+    parse_definition, parse_signature_header, Algorithm, Encoding, Location, ProviderDefinition,
+    ProviderRegistry, RequestHeaders, SignatureFormat, SourceVerifier, Template, TemplateKind,
     Unverified, Verified, VerifyError,
 };
 pub(crate) use proptest::prelude::*;
@@ -262,6 +262,8 @@ impl Signed {
         let ts = match self.kind {
             Kind::Stripe => parse_signature_header(
                 &def.signature.format,
+                &def.signature.prefix,
+                def.signature.algorithm,
                 def.signature.encoding,
                 self.signature_value(),
             )?
@@ -286,10 +288,12 @@ impl Signed {
         let def = definition(self.kind.provider());
         parse_signature_header(
             &def.signature.format,
+            &def.signature.prefix,
+            def.signature.algorithm,
             def.signature.encoding,
             self.signature_value(),
         )
-        .map(|p| p.candidates)
+        .map(|p| p.candidates.into_iter().map(|c| c.bytes).collect())
         .unwrap_or_default()
     }
 }
@@ -380,13 +384,23 @@ pub(crate) fn apply(s: &str, m: &Mutation) -> String {
     chars.into_iter().collect()
 }
 
-/// Every signature format a definition can express, with arbitrary (even empty) separators
-/// and keys: `parse_signature_header` is public and must hold up for any of them.
-pub(crate) fn any_format() -> impl Strategy<Value = SignatureFormat> {
+/// Every signature format a definition can express, with arbitrary (even empty) separators,
+/// keys and prefix: `parse_signature_header` is public and must hold up for any of them.
+pub(crate) fn any_format() -> impl Strategy<Value = (SignatureFormat, String)> {
+    (any_layout(), "[,=; :a-z0-9]{0,3}")
+}
+
+fn any_layout() -> impl Strategy<Value = SignatureFormat> {
     let small = || "[,=; :a-z0-9]{0,3}";
     let keys = || proptest::collection::vec("[a-z0-9=,]{0,3}", 0..3);
+    let versions = || {
+        proptest::collection::vec(
+            ("[a-z0-9=,]{0,3}", select(vec![Algorithm::HmacSha256, Algorithm::Ed25519])),
+            0..3,
+        )
+    };
     prop_oneof![
-        small().prop_map(|prefix| SignatureFormat::Raw { prefix }),
+        Just(SignatureFormat::Raw),
         (
             small(),
             small(),
@@ -399,7 +413,7 @@ pub(crate) fn any_format() -> impl Strategy<Value = SignatureFormat> {
                 signature_keys: s,
                 timestamp_key: t,
             }),
-        (small(), small(), keys()).prop_map(|(l, i, v)| SignatureFormat::List {
+        (small(), small(), versions()).prop_map(|(l, i, v)| SignatureFormat::List {
             list_separator: l,
             item_separator: i,
             versions: v,

@@ -5,8 +5,8 @@ use crate::common::*;
 /// A definition that parsed must be internally consistent and usable.
 fn check_definition(def: ProviderDefinition, value: &str, body: &[u8]) {
     assert!(!def.name.is_empty());
-    assert!(!def.signature.headers.is_empty());
-    for h in &def.signature.headers {
+    assert!(!def.signature.headers().is_empty());
+    for h in def.signature.headers() {
         assert_eq!(h, &h.to_ascii_lowercase());
     }
     assert!(!def.event_id.is_empty());
@@ -26,7 +26,7 @@ fn check_definition(def: ProviderDefinition, value: &str, body: &[u8]) {
         }
     }
     match &def.signature.format {
-        SignatureFormat::Raw { .. } => {}
+        SignatureFormat::Raw => {}
         SignatureFormat::KeyValue {
             pair_separator,
             kv_separator,
@@ -45,7 +45,7 @@ fn check_definition(def: ProviderDefinition, value: &str, body: &[u8]) {
     }
     // A secret valid in either secret encoding: "c2VjcmV0" ("secret" in base64) is also
     // plain UTF-8, after the definition's prefix.
-    let mut names: Vec<String> = def.signature.headers.clone();
+    let mut names: Vec<String> = def.signature.headers().to_vec();
     for loc in def.event_id.iter().chain(&def.event_type) {
         if let Location::Header(h) = loc {
             names.push(h.clone());

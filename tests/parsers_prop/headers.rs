@@ -8,18 +8,26 @@ fn b64_unpadded(bytes: &[u8]) -> String {
 
 /// Whatever the parser returns must be written in the header: each candidate's canonical
 /// encoding appears in the value, and a timestamp appears after its key.
-fn check_parsed_against_value(format: &SignatureFormat, encoding: Encoding, value: &str) {
-    let Some(parsed) = parse_signature_header(format, encoding, value) else {
+fn check_parsed_against_value(
+    (format, prefix): &(SignatureFormat, String),
+    encoding: Encoding,
+    value: &str,
+) {
+    let Some(parsed) =
+        parse_signature_header(format, prefix, Algorithm::HmacSha256, encoding, value)
+    else {
         return;
     };
     assert!(
         !parsed.candidates.is_empty(),
         "Some(..) with no candidates for {value:?}"
     );
-    for c in &parsed.candidates {
+    assert!(parsed.candidates.len() <= hookgate::verify::MAX_CANDIDATES);
+    for c in parsed.candidates.iter().map(|c| &c.bytes) {
         let found = match encoding {
             Encoding::Hex => value.to_ascii_lowercase().contains(&hex::encode(c)),
             Encoding::Base64 => value.contains(&b64_unpadded(c)),
+            Encoding::Text => value.contains(&*String::from_utf8_lossy(c)),
         };
         assert!(
             found,
@@ -42,7 +50,8 @@ proptest! {
     #[test]
     fn builtin_header_parsers_never_panic(provider in select(PROVIDERS.to_vec()), value in header_like()) {
         let def = definition(provider);
-        check_parsed_against_value(&def.signature.format, def.signature.encoding, &value);
+        let format = (def.signature.format.clone(), def.signature.prefix.clone());
+        check_parsed_against_value(&format, def.signature.encoding, &value);
     }
 
     /// Any format (even with empty separators, which a definition file cannot have), either

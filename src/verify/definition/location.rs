@@ -1,0 +1,102 @@
+//! Where a value (event id, type, timestamp, a signed field) is read from.
+
+/// A place in the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A header, name lower-cased.
+    Header(String),
+    /// A JSON pointer (RFC 6901) into the body.
+    Json(String),
+    /// A query parameter of the URL the request came to.
+    Query(String),
+    /// `sha256:body` (no fields) or `sha256:json:/a,header:B`: a digest standing in for an
+    /// id the provider does not send, so a retried identical request is still a duplicate.
+    Digest(Vec<Location>),
+}
+
+impl Location {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.strip_prefix("sha256:") {
+            if rest == "body" {
+                return Ok(Self::Digest(Vec::new()));
+            }
+            let fields = rest
+                .split(',')
+                .map(Self::parse_plain)
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Self::Digest(fields));
+        }
+        Self::parse_plain(s)
+    }
+
+    /// A location that names one value (not a digest).
+    pub fn parse_plain(s: &str) -> Result<Self, String> {
+        if let Some(name) = s.strip_prefix("header:") {
+            if name.is_empty() {
+                return Err("names an empty header".into());
+            }
+            Ok(Self::Header(name.to_ascii_lowercase()))
+        } else if let Some(pointer) = s.strip_prefix("json:") {
+            if !pointer.starts_with('/') {
+                return Err(format!(
+                    "has JSON pointer {pointer:?}, which must start with '/'"
+                ));
+            }
+            Ok(Self::Json(pointer.to_owned()))
+        } else if let Some(name) = s.strip_prefix("query:") {
+            if name.is_empty() {
+                return Err("names an empty query parameter".into());
+            }
+            Ok(Self::Query(name.to_owned()))
+        } else {
+            Err(format!(
+                "has location {s:?}; expected \"header:<Name>\", \"json:/pointer\", \"query:<name>\", \"sha256:body\" or \"sha256:<locations>\""
+            ))
+        }
+    }
+
+    /// The body fields this location reads.
+    pub(crate) fn json_pointers(&self, out: &mut Vec<String>) {
+        match self {
+            Self::Json(p) => out.push(p.clone()),
+            Self::Digest(fields) => fields.iter().for_each(|f| f.json_pointers(out)),
+            Self::Header(_) | Self::Query(_) => {}
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Header(h) => format!("header {h}"),
+            Self::Json(p) => format!("body field {p}"),
+            Self::Query(q) => format!("query parameter {q}"),
+            Self::Digest(f) if f.is_empty() => "a digest of the body".into(),
+            Self::Digest(f) => format!(
+                "a digest of {}",
+                f.iter().map(Self::describe).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_kind() {
+        assert_eq!(Location::parse("header:X-Id"), Ok(Location::Header("x-id".into())));
+        assert_eq!(Location::parse("json:/a/0"), Ok(Location::Json("/a/0".into())));
+        assert_eq!(Location::parse("query:challenge"), Ok(Location::Query("challenge".into())));
+        assert_eq!(Location::parse("sha256:body"), Ok(Location::Digest(vec![])));
+        assert_eq!(
+            Location::parse("sha256:json:/a,header:B"),
+            Ok(Location::Digest(vec![
+                Location::Json("/a".into()),
+                Location::Header("b".into())
+            ]))
+        );
+        for bad in ["id", "json:a", "header:", "sha256:", "sha256:sha256:body", "query:"] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
