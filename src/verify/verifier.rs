@@ -300,7 +300,7 @@ impl Unverified {
         if let (Some(ts_spec), Some(ts)) = (&def.timestamp, &timestamp) {
             let seconds = timestamp_seconds(ts_spec.format, ts)
                 .ok_or(VerifyError::MalformedSignature("the timestamp cannot be read"))?;
-            if (now - seconds).abs() > ts_spec.tolerance_seconds {
+            if now.abs_diff(seconds) > ts_spec.tolerance_seconds.unsigned_abs() {
                 return Err(VerifyError::TimestampOutOfTolerance(
                     ts_spec.tolerance_seconds,
                 ));
@@ -521,10 +521,15 @@ fn timestamp_seconds(format: TimestampFormat, s: &str) -> Option<i64> {
     if s.is_empty() || s.len() > 64 {
         return None;
     }
-    let digits = || s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse::<i64>().ok()).flatten();
+    // Digits beyond i64 are a time too far away, not a malformed one.
+    let digits = || {
+        s.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| s.parse::<i64>().unwrap_or(i64::MAX))
+    };
     match format {
         TimestampFormat::Seconds => digits(),
-        TimestampFormat::Milliseconds => digits().map(|ms| ms.div_euclid(1000)),
+        TimestampFormat::Milliseconds => digits().map(|ms| ms / 1000),
         TimestampFormat::Rfc3339 => chrono::DateTime::parse_from_rfc3339(s)
             .ok()
             .map(|t| t.timestamp()),

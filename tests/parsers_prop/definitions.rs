@@ -43,8 +43,8 @@ fn check_definition(def: ProviderDefinition, value: &str, body: &[u8]) {
             !list_separator.is_empty() && !item_separator.is_empty() && !versions.is_empty()
         ),
     }
-    // A secret valid in either secret encoding: "c2VjcmV0" ("secret" in base64) is also
-    // plain UTF-8, after the definition's prefix.
+    // A secret valid in every secret encoding: "deadbeef" is hex, base64 and plain UTF-8,
+    // after the definition's prefix.
     let mut names: Vec<String> = def.signature.headers().to_vec();
     for loc in def.event_id.iter().chain(&def.event_type) {
         if let Location::Header(h) = loc {
@@ -57,7 +57,7 @@ fn check_definition(def: ProviderDefinition, value: &str, body: &[u8]) {
             .iter()
             .map(|s| (*s).to_owned()),
     );
-    let secret = format!("{}c2VjcmV0", def.secret.strip_prefix);
+    let secret = format!("{}deadbeef", def.secret.strip_prefix);
     let verifier = SourceVerifier::new(def, &[&secret]).expect("a usable secret");
     let mut request = RequestHeaders::new();
     for name in &names {
