@@ -472,7 +472,13 @@ fn derived_checks() {
             };
             let mut variants: Vec<(String, Case, Expected)> = Vec::new();
             // An unsigned handshake is answered whatever the secrets, body or clock.
-            let failed = |e: &Expected| if case.unsigned { want.clone() } else { e.clone() };
+            let failed = |e: &Expected| {
+                if case.unsigned {
+                    want.clone()
+                } else {
+                    e.clone()
+                }
+            };
 
             // (a) One byte of the body changed.
             if fixture.file.body_signed && !body.is_empty() {

@@ -415,20 +415,27 @@ impl GatewayConfig {
                 None if needs_url => {
                     return Err(invalid(
                         key("public_url"),
-                        format!("is required: provider {} signs the URL it calls", src.provider),
+                        format!(
+                            "is required: provider {} signs the URL it calls",
+                            src.provider
+                        ),
                     ))
                 }
                 None => {}
             }
             match &src.verify_token {
                 Some(token) => {
-                    let token = resolve_secret(token).map_err(|p| invalid(key("verify_token"), p))?;
+                    let token =
+                        resolve_secret(token).map_err(|p| invalid(key("verify_token"), p))?;
                     verifier = verifier.with_verify_token(token.expose_secret());
                 }
                 None if needs_token => {
                     return Err(invalid(
                         key("verify_token"),
-                        format!("is required: provider {}'s handshake checks one", src.provider),
+                        format!(
+                            "is required: provider {}'s handshake checks one",
+                            src.provider
+                        ),
                     ))
                 }
                 None => {}

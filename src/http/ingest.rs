@@ -39,7 +39,10 @@ pub async fn method_not_allowed() -> HttpResponse {
 
 /// The URL of a source whose provider has a GET handshake (Dropbox, Meta).
 pub async fn method_not_allowed_get() -> HttpResponse {
-    not_allowed("GET, POST", "this webhook URL takes POST, and GET for its provider's handshake")
+    not_allowed(
+        "GET, POST",
+        "this webhook URL takes POST, and GET for its provider's handshake",
+    )
 }
 
 fn not_allowed(allow: &'static str, message: &'static str) -> HttpResponse {
@@ -143,10 +146,7 @@ async fn handle(
                 // An unsigned handshake echoes what anyone sends: never let it be sniffed.
                 response: HttpResponse::Ok()
                     .content_type(answer.content_type)
-                    .insert_header((
-                        actix_web::http::header::X_CONTENT_TYPE_OPTIONS,
-                        "nosniff",
-                    ))
+                    .insert_header((actix_web::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
                     .body(answer.body),
                 outcome: "challenge",
                 event_id: None,

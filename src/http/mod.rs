@@ -97,14 +97,17 @@ pub fn configure_ingest<'a>(
             },
         ));
         if answers_get {
-            resource = resource
-                .route(web::get().to(
-                    move |state: web::Data<AppState>, request, payload| {
-                        let source = source.clone();
-                        async move { ingest::receive_webhook(state, request, &source, payload).await }
-                    },
-                ))
-                .default_service(web::to(ingest::method_not_allowed_get));
+            resource =
+                resource
+                    .route(
+                        web::get().to(move |state: web::Data<AppState>, request, payload| {
+                            let source = source.clone();
+                            async move {
+                                ingest::receive_webhook(state, request, &source, payload).await
+                            }
+                        }),
+                    )
+                    .default_service(web::to(ingest::method_not_allowed_get));
         } else {
             resource = resource.default_service(web::to(ingest::method_not_allowed));
         }

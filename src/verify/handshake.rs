@@ -73,13 +73,22 @@ impl HandshakeSpec {
     pub(super) fn parse(raw: RawHandshake) -> Result<Self, (&'static str, String)> {
         let method = raw.method.to_ascii_uppercase();
         if method != "GET" && method != "POST" {
-            return Err(("method", format!("is {:?}; expected GET or POST", raw.method)));
+            return Err((
+                "method",
+                format!("is {:?}; expected GET or POST", raw.method),
+            ));
         }
         if method == "GET" && raw.signed {
-            return Err(("signed", "must be false for a GET handshake: it has no body to sign".into()));
+            return Err((
+                "signed",
+                "must be false for a GET handshake: it has no body to sign".into(),
+            ));
         }
         if raw.when.is_empty() {
-            return Err(("when", "is empty: a handshake must say how it is recognised".into()));
+            return Err((
+                "when",
+                "is empty: a handshake must say how it is recognised".into(),
+            ));
         }
         let when = raw
             .when
@@ -95,7 +104,9 @@ impl HandshakeSpec {
             .transpose()?;
         let kind = TemplateKind::HandshakeAnswer;
         let answer = match (raw.text, raw.json) {
-            (Some(text), None) => Answer::Text(Template::parse(&text, kind).map_err(|p| ("text", p))?),
+            (Some(text), None) => {
+                Answer::Text(Template::parse(&text, kind).map_err(|p| ("text", p))?)
+            }
             (None, Some(table)) => {
                 let mut fields = Vec::new();
                 for (key, value) in table {
@@ -150,11 +161,14 @@ impl HandshakeSpec {
 
     pub fn matches(&self, method: &str, lookup: &dyn Fn(&Location) -> Option<String>) -> bool {
         method.eq_ignore_ascii_case(&self.method)
-            && self.when.iter().all(|(loc, want)| match (lookup(loc), want) {
-                (Some(v), Some(want)) => &v == want,
-                (Some(v), None) => !v.is_empty(),
-                (None, _) => false,
-            })
+            && self
+                .when
+                .iter()
+                .all(|(loc, want)| match (lookup(loc), want) {
+                    (Some(v), Some(want)) => &v == want,
+                    (Some(v), None) => !v.is_empty(),
+                    (None, _) => false,
+                })
     }
 
     /// The answer, or `None` when a value it needs is missing or it would be too long.
@@ -168,7 +182,9 @@ impl HandshakeSpec {
                 let mut map = serde_json::Map::new();
                 for (key, field) in fields {
                     let value = match field {
-                        JsonField::Template(t) => Value::String(String::from_utf8(t.render(values)?).ok()?),
+                        JsonField::Template(t) => {
+                            Value::String(String::from_utf8(t.render(values)?).ok()?)
+                        }
                         JsonField::Literal(v) => v.clone(),
                     };
                     map.insert(key.clone(), value);

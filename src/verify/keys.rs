@@ -90,14 +90,12 @@ impl VerifyKey {
     pub fn check(&self, algorithm: Algorithm, message: &[u8], signature: &[u8]) -> bool {
         match (self, algorithm) {
             (Self::Secret(key), Algorithm::Token) => bytes_equal(key.expose_secret(), signature),
-            (Self::Secret(key), _) if !algorithm.is_asymmetric() => match hmac(
-                algorithm,
-                key.expose_secret(),
-                message,
-            ) {
-                Some(mac) => bytes_equal(&mac, signature),
-                None => false,
-            },
+            (Self::Secret(key), _) if !algorithm.is_asymmetric() => {
+                match hmac(algorithm, key.expose_secret(), message) {
+                    Some(mac) => bytes_equal(&mac, signature),
+                    None => false,
+                }
+            }
             (Self::Ed25519(key), Algorithm::Ed25519) => {
                 let Ok(sig) = ed25519_dalek::Signature::from_slice(signature) else {
                     return false;
@@ -282,7 +280,12 @@ mod tests {
             "whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g=",
         )
         .unwrap();
-        for sig in [&[][..], &[0u8; 63][..], &[0xff; 64][..], &[7u8; 100_000][..]] {
+        for sig in [
+            &[][..],
+            &[0u8; 63][..],
+            &[0xff; 64][..],
+            &[7u8; 100_000][..],
+        ] {
             assert!(!key.check(Algorithm::Ed25519, b"m", sig));
         }
     }

@@ -118,13 +118,12 @@ pub fn sign_request(
         .unwrap_or_else(|| now.to_string());
     // Body fields the signature reads (Mailgun's timestamp and token) are set in the body.
     let mut body_fields: Vec<(String, String)> = Vec::new();
-    match def.timestamp.as_ref().map(|t| &t.source) {
-        Some(TimestampSource::Locations(locations)) => match &locations[0] {
+    if let Some(TimestampSource::Locations(locations)) = def.timestamp.as_ref().map(|t| &t.source) {
+        match &locations[0] {
             Location::Header(h) => headers.push(h, timestamp.clone()),
             Location::Json(p) => body_fields.push((p.clone(), timestamp.clone())),
             _ => {}
-        },
-        _ => {}
+        }
     }
     // A header or field the template signs and nothing above sets carries the event id, a
     // value unique to this request.
@@ -143,8 +142,9 @@ pub fn sign_request(
     }
     let mut body = body;
     if !body_fields.is_empty() {
-        let mut doc: Value = serde_json::from_slice(&body)
-            .map_err(|_| SignError("this provider signs body fields: the body must be JSON".into()))?;
+        let mut doc: Value = serde_json::from_slice(&body).map_err(|_| {
+            SignError("this provider signs body fields: the body must be JSON".into())
+        })?;
         for (pointer, value) in &body_fields {
             set_pointer(&mut doc, pointer, Value::String(value.clone()));
         }
@@ -314,7 +314,10 @@ id = ["json:/id"]
 
     /// A source for `def` as a user would configure one: a secret, or for public-key
     /// providers a public key with its private half as the signing key, and a public URL.
-    fn test_source(def: crate::verify::ProviderDefinition, public_key_first: bool) -> SourceVerifier {
+    fn test_source(
+        def: crate::verify::ProviderDefinition,
+        public_key_first: bool,
+    ) -> SourceVerifier {
         use crate::verify::definition::KeyEncoding;
         let seed = [7u8; 32];
         let encode = |spec: &crate::verify::definition::KeySpec, bytes: &[u8]| {
@@ -338,10 +341,9 @@ id = ["json:/id"]
                     _ => {
                         let key = p256::ecdsa::SigningKey::from_bytes(&seed.into()).unwrap();
                         let point = key.verifying_key().to_encoded_point(false);
-                        let mut der = hex::decode(
-                            "3059301306072a8648ce3d020106082a8648ce3d030107034200",
-                        )
-                        .unwrap();
+                        let mut der =
+                            hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200")
+                                .unwrap();
                         der.extend_from_slice(point.as_bytes());
                         der
                     }
@@ -361,7 +363,9 @@ id = ["json:/id"]
             }
         };
         if needs_url {
-            verifier.with_public_url("https://hooks.example.com/webhooks/src").unwrap()
+            verifier
+                .with_public_url("https://hooks.example.com/webhooks/src")
+                .unwrap()
         } else {
             verifier
         }
@@ -382,12 +386,15 @@ id = ["json:/id"]
                 }
                 let verifier = test_source(def.clone(), public_key_first);
                 let body = sample_body(&verifier, "evt_sent_1", "test.event");
-                let signed = sign_request(&verifier, body, "evt_sent_1", "test.event", 1_700_000_000)
-                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let signed =
+                    sign_request(&verifier, body, "evt_sent_1", "test.event", 1_700_000_000)
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
                 let verified = Unverified::new(signed.headers, signed.body.into())
                     .with_target("POST", &signed.query)
                     .verify(&verifier, 1_700_000_000)
-                    .unwrap_or_else(|e| panic!("{name} (public key first: {public_key_first}): {e}"));
+                    .unwrap_or_else(|e| {
+                        panic!("{name} (public key first: {public_key_first}): {e}")
+                    });
                 let Verified::Event(event) = verified else {
                     panic!("{name}: not an event")
                 };

@@ -62,7 +62,11 @@ pub fn parse_signature_value(
     match format {
         SignatureFormat::Raw => {
             // A token is compared as sent; a MAC's surrounding whitespace is not part of it.
-            let v = if encoding == Encoding::Text { value } else { value.trim() };
+            let v = if encoding == Encoding::Text {
+                value
+            } else {
+                value.trim()
+            };
             push(into, algorithm, v)?;
         }
         SignatureFormat::KeyValue {
@@ -150,7 +154,8 @@ mod tests {
 
     #[test]
     fn kv_collects_every_v1_and_ignores_v0() {
-        let p = parse_signature_header(&kv(), "", H, Encoding::Hex, "t=5,v1=aa,v0=bb,v1=CC").unwrap();
+        let p =
+            parse_signature_header(&kv(), "", H, Encoding::Hex, "t=5,v1=aa,v0=bb,v1=CC").unwrap();
         assert_eq!(p.timestamp.as_deref(), Some("5"));
         assert_eq!(bytes(&p), vec![vec![0xaa], vec![0xcc]]);
     }
@@ -177,7 +182,8 @@ mod tests {
             item_separator: ",".into(),
             versions: vec![("v1".into(), H), ("v1a".into(), Algorithm::Ed25519)],
         };
-        let p = parse_signature_header(&list, "", H, Encoding::Base64, "v1,qg== v1a,uw== v2,zA==").unwrap();
+        let p = parse_signature_header(&list, "", H, Encoding::Base64, "v1,qg== v1a,uw== v2,zA==")
+            .unwrap();
         let algs: Vec<_> = p.candidates.iter().map(|c| c.algorithm).collect();
         assert_eq!(algs, vec![H, Algorithm::Ed25519]);
     }

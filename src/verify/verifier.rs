@@ -234,7 +234,11 @@ impl Unverified {
             None
         };
         let form_params = if spec.uses(&TemplatePart::FormParams) {
-            match spec.body_digest_query.as_deref().and_then(|q| view.query(q)) {
+            match spec
+                .body_digest_query
+                .as_deref()
+                .and_then(|q| view.query(q))
+            {
                 // The URL is signed and carries the body's digest: the body is covered by it.
                 Some(sent) => {
                     let actual = hex::encode(Sha256::digest(view.body));
@@ -298,8 +302,9 @@ impl Unverified {
         };
 
         if let (Some(ts_spec), Some(ts)) = (&def.timestamp, &timestamp) {
-            let seconds = timestamp_seconds(ts_spec.format, ts)
-                .ok_or(VerifyError::MalformedSignature("the timestamp cannot be read"))?;
+            let seconds = timestamp_seconds(ts_spec.format, ts).ok_or(
+                VerifyError::MalformedSignature("the timestamp cannot be read"),
+            )?;
             if now.abs_diff(seconds) > ts_spec.tolerance_seconds.unsigned_abs() {
                 return Err(VerifyError::TimestampOutOfTolerance(
                     ts_spec.tolerance_seconds,
@@ -371,7 +376,8 @@ fn candidates(
             let values = if every {
                 view.expand(pointer)
             } else {
-                view.value(&Location::Json(pointer.clone())).map(|v| vec![v])
+                view.value(&Location::Json(pointer.clone()))
+                    .map(|v| vec![v])
             }
             .map_err(|_| VerifyError::MalformedBody)?;
             // With `*`, an element without a signature cannot pass beside signed ones.
@@ -379,7 +385,11 @@ fn candidates(
                 return Err(VerifyError::InvalidSignature);
             }
             let values: Vec<String> = values.into_iter().flatten().collect();
-            (values, pointer.contains("/*"), format!("body field {pointer}"))
+            (
+                values,
+                pointer.contains("/*"),
+                format!("body field {pointer}"),
+            )
         }
     };
     if values.iter().all(|v| v.trim().is_empty()) {
@@ -402,7 +412,9 @@ fn candidates(
         })?;
         if every_must_match && parsed.candidates.len() == before {
             // A value that yields no signature cannot be let through beside good ones.
-            return Err(VerifyError::MalformedSignature("a signature value is unusable"));
+            return Err(VerifyError::MalformedSignature(
+                "a signature value is unusable",
+            ));
         }
     }
     if parsed.candidates.is_empty() {
@@ -483,7 +495,9 @@ fn signed_value(
                 HeaderLookup::Absent => None,
                 HeaderLookup::One(v) => Some(v.to_owned()),
                 HeaderLookup::Repeated => {
-                    return Err(VerifyError::MalformedSignature("a signed header is repeated"))
+                    return Err(VerifyError::MalformedSignature(
+                        "a signed header is repeated",
+                    ))
                 }
             },
             other => view.value(other).map_err(|_| VerifyError::MalformedBody)?,

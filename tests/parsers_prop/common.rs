@@ -395,7 +395,10 @@ fn any_layout() -> impl Strategy<Value = SignatureFormat> {
     let keys = || proptest::collection::vec("[a-z0-9=,]{0,3}", 0..3);
     let versions = || {
         proptest::collection::vec(
-            ("[a-z0-9=,]{0,3}", select(vec![Algorithm::HmacSha256, Algorithm::Ed25519])),
+            (
+                "[a-z0-9=,]{0,3}",
+                select(vec![Algorithm::HmacSha256, Algorithm::Ed25519]),
+            ),
             0..3,
         )
     };

@@ -84,9 +84,18 @@ mod tests {
 
     #[test]
     fn parses_every_kind() {
-        assert_eq!(Location::parse("header:X-Id"), Ok(Location::Header("x-id".into())));
-        assert_eq!(Location::parse("json:/a/0"), Ok(Location::Json("/a/0".into())));
-        assert_eq!(Location::parse("query:challenge"), Ok(Location::Query("challenge".into())));
+        assert_eq!(
+            Location::parse("header:X-Id"),
+            Ok(Location::Header("x-id".into()))
+        );
+        assert_eq!(
+            Location::parse("json:/a/0"),
+            Ok(Location::Json("/a/0".into()))
+        );
+        assert_eq!(
+            Location::parse("query:challenge"),
+            Ok(Location::Query("challenge".into()))
+        );
         assert_eq!(Location::parse("sha256:body"), Ok(Location::Digest(vec![])));
         assert_eq!(
             Location::parse("sha256:json:/a,header:B"),
@@ -95,7 +104,14 @@ mod tests {
                 Location::Header("b".into())
             ]))
         );
-        for bad in ["id", "json:a", "header:", "sha256:", "sha256:sha256:body", "query:"] {
+        for bad in [
+            "id",
+            "json:a",
+            "header:",
+            "sha256:",
+            "sha256:sha256:body",
+            "query:",
+        ] {
             assert!(Location::parse(bad).is_err(), "{bad}");
         }
     }

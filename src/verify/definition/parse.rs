@@ -208,10 +208,13 @@ pub fn parse_definition(origin: &str, text: &str) -> Result<ProviderDefinition, 
     if event_id.is_empty() {
         return Err(invalid("event.id", "is empty".into()));
     }
-    if signature.uses(&TemplatePart::Id) && event_id.iter().any(|l| !matches!(l, Location::Header(_))) {
+    if signature.uses(&TemplatePart::Id)
+        && event_id.iter().any(|l| !matches!(l, Location::Header(_)))
+    {
         return Err(invalid(
             "signature.signed_payload",
-            "uses {id}, so event.id must come from headers only: the signed id is the stored one".into(),
+            "uses {id}, so event.id must come from headers only: the signed id is the stored one"
+                .into(),
         ));
     }
     let event_type =
@@ -272,9 +275,14 @@ fn parse_signature(s: &RawSignature) -> Result<SignatureSpec, Problem> {
             names: s.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
             every: s.every_header,
         },
-        (Some(p), true) if p.starts_with('/') && !s.every_header => SignatureSource::Body(p.clone()),
+        (Some(p), true) if p.starts_with('/') && !s.every_header => {
+            SignatureSource::Body(p.clone())
+        }
         (Some(p), true) if !p.starts_with('/') => {
-            return Err(("body_pointer", format!("is {p:?}, which must start with '/'")))
+            return Err((
+                "body_pointer",
+                format!("is {p:?}, which must start with '/'"),
+            ))
         }
         (None, true) => return Err(("headers", "is empty (or set body_pointer)".into())),
         _ => {
@@ -307,8 +315,15 @@ fn parse_signature(s: &RawSignature) -> Result<SignatureSpec, Problem> {
             if s.versions.is_empty() {
                 return Err(("versions", "is required when format = \"list\"".into()));
             }
-            if let Some(v) = s.version_algorithms.keys().find(|v| !s.versions.contains(v)) {
-                return Err(("version_algorithms", format!("names {v:?}, which is not in versions")));
+            if let Some(v) = s
+                .version_algorithms
+                .keys()
+                .find(|v| !s.versions.contains(v))
+            {
+                return Err((
+                    "version_algorithms",
+                    format!("names {v:?}, which is not in versions"),
+                ));
             }
             SignatureFormat::List {
                 list_separator: need("list_separator", &s.list_separator)?,
@@ -316,7 +331,12 @@ fn parse_signature(s: &RawSignature) -> Result<SignatureSpec, Problem> {
                 versions: s
                     .versions
                     .iter()
-                    .map(|v| (v.clone(), *s.version_algorithms.get(v).unwrap_or(&s.algorithm)))
+                    .map(|v| {
+                        (
+                            v.clone(),
+                            *s.version_algorithms.get(v).unwrap_or(&s.algorithm),
+                        )
+                    })
                     .collect(),
             }
         }
@@ -329,16 +349,25 @@ fn parse_signature(s: &RawSignature) -> Result<SignatureSpec, Problem> {
     };
     let token = s.algorithm == Algorithm::Token;
     if s.encoding == Encoding::Text && !token {
-        return Err(("encoding", "\"text\" is for algorithm = \"token\" only".into()));
+        return Err((
+            "encoding",
+            "\"text\" is for algorithm = \"token\" only".into(),
+        ));
     }
     let payload = match (&s.signed_payload, token) {
         (Some(_), true) => {
-            return Err(("signed_payload", "does not apply to a token: it signs nothing".into()))
+            return Err((
+                "signed_payload",
+                "does not apply to a token: it signs nothing".into(),
+            ))
         }
         (None, true) => None,
         (text, false) => Some(
-            Template::parse(text.as_deref().unwrap_or("{body}"), TemplateKind::SignedPayload)
-                .map_err(|p| ("signed_payload", p))?,
+            Template::parse(
+                text.as_deref().unwrap_or("{body}"),
+                TemplateKind::SignedPayload,
+            )
+            .map_err(|p| ("signed_payload", p))?,
         ),
     };
     if let Some(t) = &payload {
@@ -357,8 +386,15 @@ fn parse_signature(s: &RawSignature) -> Result<SignatureSpec, Problem> {
         }
     }
     let body_digest_query = s.body_digest_query.clone().filter(|q| !q.is_empty());
-    if body_digest_query.is_some() && !payload.as_ref().is_some_and(|t| t.uses(&TemplatePart::FormParams)) {
-        return Err(("body_digest_query", "needs {form_params} in signed_payload".into()));
+    if body_digest_query.is_some()
+        && !payload
+            .as_ref()
+            .is_some_and(|t| t.uses(&TemplatePart::FormParams))
+    {
+        return Err((
+            "body_digest_query",
+            "needs {form_params} in signed_payload".into(),
+        ));
     }
     Ok(SignatureSpec {
         source,
