@@ -8,6 +8,7 @@ mod error;
 pub(crate) mod events;
 mod idempotency;
 mod openapi;
+pub(crate) mod sources;
 pub(crate) mod views;
 
 use actix_web::dev::ServiceResponse;
@@ -52,6 +53,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 resource("/dead-letters/{job_id}", "DELETE")
                     .route(web::delete().to(dead_letters::discard)),
             )
+            .service(resource("/sources", "GET").route(web::get().to(sources::list)))
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );
 }

@@ -13,7 +13,7 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
 use super::MAX_BODY_BYTES;
-use super::{dead_letters, events, views};
+use super::{dead_letters, events, sources, views};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,6 +28,7 @@ use super::{dead_letters, events, views};
         dead_letters::retry,
         dead_letters::bulk_retry,
         dead_letters::discard,
+        sources::list,
         openapi_json,
     ),
     components(schemas(
@@ -35,7 +36,7 @@ use super::{dead_letters, events, views};
         views::HeaderView, views::EventDetail, views::JobsReply, views::ReplayedReply,
         views::DryRunReply, views::DeadLetterView, views::DeadLetterPage, views::RetriedReply,
         views::ErrorBody, views::ErrorDetail, views::ReplayRequest, views::BulkReplayRequest,
-        views::BulkRetryRequest,
+        views::BulkRetryRequest, sources::SourceView, sources::SourcesReply,
     )),
     modifiers(&BearerAuth),
 )]
@@ -323,7 +324,7 @@ mod tests {
                 ops.push((method.clone(), path.clone(), op.clone()));
             }
         }
-        assert_eq!(ops.len(), 10);
+        assert_eq!(ops.len(), 11);
         ops
     }
 

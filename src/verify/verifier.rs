@@ -149,6 +149,15 @@ impl SourceVerifier {
         self.definition.response.as_ref()
     }
 
+    /// How many secrets or public keys are live.
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn public_url(&self) -> Option<&str> {
+        self.public_url.as_deref()
+    }
+
     pub(super) fn keys(&self) -> &[VerifyKey] {
         &self.keys
     }

@@ -13,6 +13,7 @@ use crate::support::{
 use hookgate::domain::EventId;
 
 mod secrets;
+mod sources;
 
 both_backends!(
     admin_requests_need_a_valid_token,

@@ -78,6 +78,28 @@ impl Location {
     }
 }
 
+/// The location as a definition writes it.
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Header(h) => write!(f, "header:{h}"),
+            Self::Json(p) => write!(f, "json:{p}"),
+            Self::Query(q) => write!(f, "query:{q}"),
+            Self::Digest(fields) if fields.is_empty() => f.write_str("sha256:body"),
+            Self::Digest(fields) => {
+                f.write_str("sha256:")?;
+                for (i, field) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{field}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

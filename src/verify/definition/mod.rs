@@ -23,6 +23,18 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// The name a definition writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::HmacSha1 => "hmac-sha1",
+            Self::HmacSha256 => "hmac-sha256",
+            Self::HmacSha512 => "hmac-sha512",
+            Self::Ed25519 => "ed25519",
+            Self::EcdsaP256Sha256 => "ecdsa-p256-sha256",
+            Self::Token => "token",
+        }
+    }
+
     pub fn is_asymmetric(self) -> bool {
         matches!(self, Self::Ed25519 | Self::EcdsaP256Sha256)
     }
