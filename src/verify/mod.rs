@@ -16,8 +16,8 @@ mod verifier;
 mod view;
 
 pub use definition::{
-    parse_definition, Algorithm, DefinitionError, Encoding, Location, ProviderDefinition,
-    SignatureFormat, SignatureSource, SourceOverrides,
+    parse_definition, Algorithm, DefinitionError, Encoding, KeyEncoding, KeySpec, Location,
+    ProviderDefinition, SignatureFormat, SignatureSource, SourceOverrides,
 };
 pub use handshake::HandshakeAnswer;
 pub use registry::ProviderRegistry;

@@ -125,6 +125,7 @@ fn parse_placeholder(name: &str, kind: TemplateKind) -> Result<TemplatePart, Str
             } else if name.starts_with("header:")
                 || name.starts_with("json:")
                 || name.starts_with("query:")
+                || name.starts_with("form:")
             {
                 TemplatePart::Value(Location::parse_plain(name)?)
             } else if signed {

@@ -23,6 +23,7 @@ pub struct RequestView<'a> {
     pub method: &'a str,
     pub raw_query: &'a str,
     query: Vec<(String, String)>,
+    form: OnceCell<Vec<(String, String)>>,
     fields: BodyFields<'a>,
 }
 
@@ -37,6 +38,7 @@ impl<'a> RequestView<'a> {
             query: url::form_urlencoded::parse(request.query.as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect(),
+            form: OnceCell::new(),
             fields: BodyFields {
                 body: &request.body,
                 pointers,
@@ -58,6 +60,16 @@ impl<'a> RequestView<'a> {
         Ok(match location {
             Location::Header(h) => self.headers.get_all(h).next().map(str::to_owned),
             Location::Query(q) => self.query(q).map(str::to_owned),
+            Location::Form(name) => self
+                .form
+                .get_or_init(|| {
+                    url::form_urlencoded::parse(self.body)
+                        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                        .collect()
+                })
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone()),
             Location::Json(pointer) => self.fields.get(pointer)?.and_then(text_of),
             Location::Digest(fields) => self.digest(fields)?,
         })

@@ -9,6 +9,8 @@ pub enum Location {
     Json(String),
     /// A query parameter of the URL the request came to.
     Query(String),
+    /// A parameter of a form-encoded body (Twilio's `MessageStatus`, WooCommerce's ping).
+    Form(String),
     /// `sha256:body` (no fields) or `sha256:json:/a,header:B`: a digest standing in for an
     /// id the provider does not send, so a retried identical request is still a duplicate.
     Digest(Vec<Location>),
@@ -48,9 +50,14 @@ impl Location {
                 return Err("names an empty query parameter".into());
             }
             Ok(Self::Query(name.to_owned()))
+        } else if let Some(name) = s.strip_prefix("form:") {
+            if name.is_empty() {
+                return Err("names an empty form parameter".into());
+            }
+            Ok(Self::Form(name.to_owned()))
         } else {
             Err(format!(
-                "has location {s:?}; expected \"header:<Name>\", \"json:/pointer\", \"query:<name>\", \"sha256:body\" or \"sha256:<locations>\""
+                "has location {s:?}; expected \"header:<Name>\", \"json:/pointer\", \"query:<name>\", \"form:<name>\", \"sha256:body\" or \"sha256:<locations>\""
             ))
         }
     }
@@ -60,7 +67,7 @@ impl Location {
         match self {
             Self::Json(p) => out.push(p.clone()),
             Self::Digest(fields) => fields.iter().for_each(|f| f.json_pointers(out)),
-            Self::Header(_) | Self::Query(_) => {}
+            Self::Header(_) | Self::Query(_) | Self::Form(_) => {}
         }
     }
 
@@ -69,6 +76,7 @@ impl Location {
             Self::Header(h) => format!("header {h}"),
             Self::Json(p) => format!("body field {p}"),
             Self::Query(q) => format!("query parameter {q}"),
+            Self::Form(n) => format!("form parameter {n}"),
             Self::Digest(f) if f.is_empty() => "a digest of the body".into(),
             Self::Digest(f) => format!(
                 "a digest of {}",
@@ -85,6 +93,7 @@ impl std::fmt::Display for Location {
             Self::Header(h) => write!(f, "header:{h}"),
             Self::Json(p) => write!(f, "json:{p}"),
             Self::Query(q) => write!(f, "query:{q}"),
+            Self::Form(n) => write!(f, "form:{n}"),
             Self::Digest(fields) if fields.is_empty() => f.write_str("sha256:body"),
             Self::Digest(fields) => {
                 f.write_str("sha256:")?;
