@@ -12,6 +12,7 @@ mod crash;
 mod delivery;
 mod group_commit;
 mod handoff;
+mod handshakes;
 mod hardening;
 mod idempotency;
 mod ingest;

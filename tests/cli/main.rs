@@ -7,6 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 mod listen;
 mod output;
+mod providers;
 mod send;
 
 fn bin() -> Command {
