@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use base64::Engine as _;
-use hookgate::verify::{Algorithm, ProviderDefinition, ProviderRegistry};
+use hookgate::verify::{Algorithm, KeyEncoding, KeySpec, ProviderDefinition, ProviderRegistry};
 
 use super::{bin, check, spawn_serve};
 
@@ -64,13 +64,13 @@ fn builtin_definitions() -> Vec<ProviderDefinition> {
 
 /// Bytes written as `spec` says keys are written (hex or base64, after its prefix). The
 /// encoding type is not exported, so it is told apart by its name.
-fn write_key(spec_encoding: &str, prefix: &str, bytes: &[u8]) -> String {
-    let text = match spec_encoding {
-        "Hex" => hex::encode(bytes),
-        "Base64" => base64::engine::general_purpose::STANDARD.encode(bytes),
-        other => panic!("a public key written as {other}"),
+fn write_key(spec: &KeySpec, bytes: &[u8]) -> String {
+    let text = match spec.encoding {
+        KeyEncoding::Hex => hex::encode(bytes),
+        KeyEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+        KeyEncoding::Utf8 => panic!("a public key written as UTF-8"),
     };
-    format!("{prefix}{text}")
+    format!("{}{text}", spec.strip_prefix)
 }
 
 /// The public key of `SEED` for `algorithm`: Ed25519's 32 bytes, or P-256's DER
@@ -98,13 +98,10 @@ fn public_key(algorithm: Algorithm) -> Vec<u8> {
 /// is signed and `verify_token` when a handshake checks one.
 fn entry_for(def: &ProviderDefinition, public_key_source: bool) -> SourceEntry {
     let (secret, signing_key) = match (def.asymmetric_algorithm(), &def.public_key) {
-        (Some(alg), Some(spec)) if public_key_source || !def.takes_secrets() => {
-            let encoding = format!("{:?}", spec.encoding);
-            (
-                write_key(&encoding, &spec.strip_prefix, &public_key(alg)),
-                Some(write_key(&encoding, &spec.strip_prefix, &SEED)),
-            )
-        }
+        (Some(alg), Some(spec)) if public_key_source || !def.takes_secrets() => (
+            write_key(spec, &public_key(alg)),
+            Some(write_key(spec, &SEED)),
+        ),
         _ if def.secret.strip_prefix == "whsec_" => {
             ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(), None)
         }
