@@ -72,6 +72,8 @@ impl<'a> RequestView<'a> {
                 .map(|(_, v)| v.clone()),
             Location::Json(pointer) => self.fields.get(pointer)?.and_then(text_of),
             Location::Digest(fields) => self.digest(fields)?,
+            // Unique, not secret: a UUIDv7 (time and 74 random bits) is enough.
+            Location::Random => Some(format!("random:{}", uuid::Uuid::now_v7().simple())),
         })
     }
 

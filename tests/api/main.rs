@@ -10,6 +10,7 @@ mod concurrency;
 mod console_sessions;
 mod crash;
 mod delivery;
+mod derived_ids;
 mod group_commit;
 mod handoff;
 mod handshakes;

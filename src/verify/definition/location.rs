@@ -14,10 +14,18 @@ pub enum Location {
     /// `sha256:body` (no fields) or `sha256:json:/a,header:B`: a digest standing in for an
     /// id the provider does not send, so a retried identical request is still a duplicate.
     Digest(Vec<Location>),
+    /// `random`: a fresh id for every request, for notify-then-fetch providers whose
+    /// identical notifications are distinct events (Dropbox, Microsoft Graph). A retry is then
+    /// stored and delivered again, which a consumer that fetches the state absorbs; a digest
+    /// would instead drop a later, identical notification of a new change.
+    Random,
 }
 
 impl Location {
     pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "random" {
+            return Ok(Self::Random);
+        }
         if let Some(rest) = s.strip_prefix("sha256:") {
             if rest == "body" {
                 return Ok(Self::Digest(Vec::new()));
@@ -57,7 +65,7 @@ impl Location {
             Ok(Self::Form(name.to_owned()))
         } else {
             Err(format!(
-                "has location {s:?}; expected \"header:<Name>\", \"json:/pointer\", \"query:<name>\", \"form:<name>\", \"sha256:body\" or \"sha256:<locations>\""
+                "has location {s:?}; expected \"header:<Name>\", \"json:/pointer\", \"query:<name>\", \"form:<name>\", \"sha256:body\", \"sha256:<locations>\" or \"random\""
             ))
         }
     }
@@ -67,7 +75,7 @@ impl Location {
         match self {
             Self::Json(p) => out.push(p.clone()),
             Self::Digest(fields) => fields.iter().for_each(|f| f.json_pointers(out)),
-            Self::Header(_) | Self::Query(_) | Self::Form(_) => {}
+            Self::Header(_) | Self::Query(_) | Self::Form(_) | Self::Random => {}
         }
     }
 
@@ -77,6 +85,7 @@ impl Location {
             Self::Json(p) => format!("body field {p}"),
             Self::Query(q) => format!("query parameter {q}"),
             Self::Form(n) => format!("form parameter {n}"),
+            Self::Random => "a random id".into(),
             Self::Digest(f) if f.is_empty() => "a digest of the body".into(),
             Self::Digest(f) => format!(
                 "a digest of {}",
@@ -94,6 +103,7 @@ impl std::fmt::Display for Location {
             Self::Json(p) => write!(f, "json:{p}"),
             Self::Query(q) => write!(f, "query:{q}"),
             Self::Form(n) => write!(f, "form:{n}"),
+            Self::Random => f.write_str("random"),
             Self::Digest(fields) if fields.is_empty() => f.write_str("sha256:body"),
             Self::Digest(fields) => {
                 f.write_str("sha256:")?;

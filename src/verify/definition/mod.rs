@@ -312,8 +312,8 @@ impl ProviderDefinition {
         }
         if let Some(t) = &overrides.event_type {
             let loc = Location::parse(t).map_err(|p| ("event_type", p))?;
-            if matches!(loc, Location::Digest(_)) {
-                return Err(("event_type", "cannot be a digest".into()));
+            if matches!(loc, Location::Digest(_) | Location::Random) {
+                return Err(("event_type", "cannot be a digest or random".into()));
             }
             def.event_type = vec![loc];
         }

@@ -208,6 +208,13 @@ pub fn parse_definition(origin: &str, text: &str) -> Result<ProviderDefinition, 
     if event_id.is_empty() {
         return Err(invalid("event.id", "is empty".into()));
     }
+    if event_id[..event_id.len() - 1].contains(&Location::Random) {
+        return Err(invalid(
+            "event.id",
+            "has \"random\" before another location: it always yields an id, so it goes last"
+                .into(),
+        ));
+    }
     if signature.uses(&TemplatePart::Id)
         && event_id.iter().any(|l| !matches!(l, Location::Header(_)))
     {
@@ -219,8 +226,11 @@ pub fn parse_definition(origin: &str, text: &str) -> Result<ProviderDefinition, 
     }
     let event_type =
         parse_locations(&raw.event.event_type).map_err(|p| invalid("event.type", p))?;
-    if event_type.iter().any(|l| matches!(l, Location::Digest(_))) {
-        return Err(invalid("event.type", "cannot be a digest".into()));
+    if event_type
+        .iter()
+        .any(|l| matches!(l, Location::Digest(_) | Location::Random))
+    {
+        return Err(invalid("event.type", "cannot be a digest or random".into()));
     }
 
     let response = match raw.response {
