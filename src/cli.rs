@@ -62,6 +62,8 @@ pub enum Command {
     /// Dead letters (failed jobs), through the admin API.
     #[command(subcommand)]
     DeadLetters(crate::cli_admin::DeadLettersCommand),
+    /// The tenant's sources and where each reads its event id, type and signature.
+    Sources(crate::cli_admin::ApiArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -89,6 +91,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(command) => crate::cli_admin::events(command).await?,
         Command::Replay(args) => crate::cli_admin::replay(args).await?,
         Command::DeadLetters(command) => crate::cli_admin::dead_letters(command).await?,
+        Command::Sources(api) => crate::cli_admin::sources(api).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;

@@ -1,4 +1,4 @@
-//! `hookgate events|replay|dead-letters` run as the real binary against a real `hookgate serve`
+//! `hookgate events|replay|dead-letters|sources` run as the real binary against a real `hookgate serve`
 //! (`--role api`, so nothing is delivered unless a test starts a worker), each test once on
 //! SQLite and once on PostgreSQL.
 
@@ -40,6 +40,7 @@ hookgate_testkit::both_stores!(
     events_show_names_the_secret_that_verified,
     dead_letters_list_retry_and_discard_through_the_admin_api,
     errors_name_the_api_code_and_exit_non_zero,
+    sources_shows_where_ids_come_from_and_no_secret,
 );
 
 /// A running `serve --role api` with its own database, and what the tests need to reach it.
@@ -324,6 +325,21 @@ fn events_show_names_the_secret_that_verified(backend: Backend) {
         gw.json(&["events", "show", &old])["verified_secret_index"],
         1
     );
+}
+
+fn sources_shows_where_ids_come_from_and_no_secret(backend: Backend) {
+    let gw = start_gateway(backend, "http://127.0.0.1:9/x");
+    let (table, _) = gw.ok(&["sources"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("SOURCE"), "{table}");
+    assert!(lines[1].starts_with("stripe"), "{table}");
+    for column in ["hmac-sha256", "json:/id", "json:/type"] {
+        assert!(lines[1].contains(column), "{column} missing from {table}");
+    }
+    let json = gw.json(&["sources"]);
+    assert_eq!(json["data"][0]["secrets"], 2);
+    assert_eq!(json["data"][0]["event_id"], serde_json::json!(["json:/id"]));
+    assert!(!table.contains(STRIPE_SECRET) && !json.to_string().contains(STRIPE_SECRET));
 }
 
 fn dead_letters_list_retry_and_discard_through_the_admin_api(backend: Backend) {

@@ -1,4 +1,4 @@
-//! `hookgate events|replay|dead-letters`: operator commands that call the admin API of a
+//! `hookgate events|replay|dead-letters|sources`: operator commands that call the admin API of a
 //! running gateway. They go through the API rather than the database because the API is the
 //! one place that enforces tenant scoping, Idempotency-Key and validation, and because it
 //! works against a remote deployment without handing out database credentials.
@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::{json, Map, Value};
 
 use client::Api;
-use render::{DeadLetter, DryRunReply, EventDetail, EventSummary, Job, Page};
+use render::{DeadLetter, DryRunReply, EventDetail, EventSummary, Job, Page, Source};
 
 /// Where the gateway is and who is asking; shared by every admin command.
 #[derive(Debug, Clone, Args)]
@@ -410,4 +410,18 @@ pub async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+pub async fn sources(api: ApiArgs) -> anyhow::Result<()> {
+    let client = Api::new(&api)?;
+    let body = client.get(&["sources"], &[]).await?.body;
+    if api.json {
+        return render::emit(&body);
+    }
+    #[derive(serde::Deserialize)]
+    struct Sources {
+        data: Vec<Source>,
+    }
+    let parsed: Sources = client::parse(&body)?;
+    render::emit_text(&render::sources_table(&parsed.data))
 }

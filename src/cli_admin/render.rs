@@ -337,6 +337,58 @@ pub fn dead_letters_table(rows: &[DeadLetter]) -> String {
     )
 }
 
+/// A source as `GET /admin/v1/sources` describes it.
+#[derive(Debug, Deserialize)]
+pub struct Source {
+    pub name: String,
+    pub definition: String,
+    pub event_id: Vec<String>,
+    pub event_type: Vec<String>,
+    pub algorithms: Vec<String>,
+    pub handshakes: Vec<String>,
+    pub secrets: u64,
+}
+
+pub fn sources_table(rows: &[Source]) -> String {
+    if rows.is_empty() {
+        return "no sources\n".into();
+    }
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            clean(&v.join(" | "))
+        }
+    };
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|s| {
+            vec![
+                clean(&s.name),
+                clean(&s.definition),
+                list(&s.algorithms),
+                s.secrets.to_string(),
+                list(&s.event_id),
+                list(&s.event_type),
+                list(&s.handshakes),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "SOURCE",
+            "PROVIDER",
+            "SIGNATURE",
+            "SECRETS",
+            "EVENT ID FROM",
+            "TYPE FROM",
+            "HANDSHAKES",
+        ],
+        &rows,
+        "",
+    )
+}
+
 /// On stderr, so stdout holds only the rows.
 pub fn more_hint(what: &str, next_cursor: Option<&str>) {
     if let Some(cursor) = next_cursor {
