@@ -14,4 +14,5 @@ mod common;
 mod definitions;
 mod headers;
 mod signatures;
+mod sources;
 mod templates;
