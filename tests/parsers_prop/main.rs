@@ -13,6 +13,7 @@ mod common;
 
 mod definitions;
 mod headers;
+mod providers;
 mod signatures;
 mod sources;
 mod templates;

@@ -181,6 +181,7 @@ pub(crate) fn header_names(name: &str) -> Vec<String> {
         .map(|(_, t)| t.as_str())
         .unwrap_or_default();
     let mut names: Vec<String> = def.signature.headers().to_vec();
+    names.push("content-type".into());
     for (at, _) in text.match_indices("header:") {
         let rest = &text[at + "header:".len()..];
         let end = rest
