@@ -11,9 +11,11 @@
 
 mod common;
 
+mod asymmetric;
 mod definitions;
 mod headers;
 mod providers;
 mod signatures;
 mod sources;
 mod templates;
+mod tokens;
