@@ -12,6 +12,7 @@
 mod common;
 
 mod asymmetric;
+mod bounds;
 mod definitions;
 mod headers;
 mod providers;
