@@ -65,7 +65,10 @@ impl Scheme {
             ],
             // A decoy HMAC entry before the real one: a public-key source ignores it.
             Scheme::Svix => vec![
-                ("webhook-signature", format!("v1,{} v1a,{}", b64(&[0; 32]), b64(sig))),
+                (
+                    "webhook-signature",
+                    format!("v1,{} v1a,{}", b64(&[0; 32]), b64(sig)),
+                ),
                 ("webhook-id", id.to_owned()),
                 ("webhook-timestamp", ts.to_owned()),
             ],
@@ -114,7 +117,10 @@ fn change() -> impl Strategy<Value = Change> {
 fn not_a_key() -> impl Strategy<Value = KeyText> {
     prop_oneof![
         proptest::collection::vec(any::<u8>(), 0..100).prop_map(KeyText::Bytes),
-        (any::<u8>(), prop_oneof![Just(100_000usize), 1usize..31, 33usize..70])
+        (
+            any::<u8>(),
+            prop_oneof![Just(100_000usize), 1usize..31, 33usize..70]
+        )
             .prop_map(|(b, n)| KeyText::Bytes(vec![b; n])),
         // A P-256 SubjectPublicKeyInfo header before a point that is not on the curve.
         proptest::collection::vec(any::<u8>(), 64).prop_map(|xy| {

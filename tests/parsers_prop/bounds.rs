@@ -36,7 +36,10 @@ fn signature_value(verifier: &SourceVerifier, signed: &SignedRequest) -> String 
             .to_owned(),
         SignatureSource::Body(pointer) => {
             let doc: serde_json::Value = serde_json::from_slice(&signed.body).unwrap();
-            doc.pointer(&first_element(pointer)).and_then(|v| v.as_str()).unwrap().to_owned()
+            doc.pointer(&first_element(pointer))
+                .and_then(|v| v.as_str())
+                .unwrap()
+                .to_owned()
         }
     }
 }
@@ -111,7 +114,10 @@ fn a_thousand_entries_are_refused_for_every_provider() {
             let at_limit = entries(&verifier, &value, MAX_CANDIDATES);
             let (headers, body) = with_signature(&verifier, &signed, &at_limit);
             let result = verify_signed(&verifier, &headers, &body, &signed.query);
-            assert!(matches!(result, Ok(Verified::Event(_))), "{name}: {result:?}");
+            assert!(
+                matches!(result, Ok(Verified::Event(_))),
+                "{name}: {result:?}"
+            );
         } else {
             let code = result.as_ref().err().map(VerifyError::code);
             assert_eq!(code, Some("invalid_signature"), "{name}: {result:?}");
@@ -129,15 +135,28 @@ fn graph_batches_past_the_limits_are_refused() {
         format!(r#"{{"value":[{}]}}"#, items.join(",")).into_bytes()
     };
     let verify = |b: Vec<u8>| verify_signed(&verifier, &RequestHeaders::new(), &b, "");
-    assert!(matches!(verify(body(MAX_CANDIDATES, "state")), Ok(Verified::Event(_))));
-    assert_eq!(verify(body(MAX_CANDIDATES + 1, "state")).err(), Some(TOO_MANY));
+    assert!(matches!(
+        verify(body(MAX_CANDIDATES, "state")),
+        Ok(Verified::Event(_))
+    ));
+    assert_eq!(
+        verify(body(MAX_CANDIDATES + 1, "state")).err(),
+        Some(TOO_MANY)
+    );
     assert_eq!(verify(body(1000, "state")).err(), Some(TOO_MANY));
     for n in [1001, HUGE] {
-        assert_eq!(verify(body(n, "state")).err(), Some(VerifyError::MalformedBody), "{n}");
+        assert_eq!(
+            verify(body(n, "state")).err(),
+            Some(VerifyError::MalformedBody),
+            "{n}"
+        );
     }
     // Elements that are not objects count as elements, too.
     let numbers = format!(r#"{{"value":[{}]}}"#, vec!["1"; HUGE].join(","));
-    assert_eq!(verify(numbers.into_bytes()).err(), Some(VerifyError::MalformedBody));
+    assert_eq!(
+        verify(numbers.into_bytes()).err(),
+        Some(VerifyError::MalformedBody)
+    );
 }
 
 /// A digest over a `*` pointer (an id made of every element's field) refuses a body that
@@ -193,7 +212,10 @@ fn hundred_kb_signature_values_are_refused() {
         let signed = signed_request(&verifier, "bound-2", "");
         let value = signature_value(&verifier, &signed);
         let prefix = &verifier.definition().signature.prefix;
-        let ts = value.split(',').find(|p| p.starts_with("t=")).unwrap_or("t=1");
+        let ts = value
+            .split(',')
+            .find(|p| p.starts_with("t="))
+            .unwrap_or("t=1");
         for huge in [
             "a".repeat(HUGE),
             "A".repeat(HUGE),
@@ -247,10 +269,16 @@ fn hundred_kb_timestamps_in_signed_requests_are_refused() {
             let value = format!("{key}={huge}{sep}{}", rest.join(&sep));
             with_signature(&verifier, &signed, &value)
         } else if let Some(header) = location.strip_prefix("header:") {
-            (with_header(&signed.headers, header, &huge), signed.body.clone())
+            (
+                with_header(&signed.headers, header, &huge),
+                signed.body.clone(),
+            )
         } else {
             let pointer = location.strip_prefix("json:").unwrap();
-            (signed.headers.clone(), with_body_field(&signed.body, pointer, huge.into()))
+            (
+                signed.headers.clone(),
+                with_body_field(&signed.body, pointer, huge.into()),
+            )
         };
         let result = verify_signed(&verifier, &headers, &body, &signed.query);
         let code = result.as_ref().err().map(VerifyError::code);
@@ -274,7 +302,10 @@ fn correctly_signed_hundred_kb_timestamps_are_refused() {
             "stripe",
             vec![(
                 "stripe-signature",
-                format!("t={digits},v1={}", hex_mac(SECRET, cat(&format!("{digits}."), body))),
+                format!(
+                    "t={digits},v1={}",
+                    hex_mac(SECRET, cat(&format!("{digits}."), body))
+                ),
             )],
         ),
         (
@@ -282,7 +313,10 @@ fn correctly_signed_hundred_kb_timestamps_are_refused() {
             vec![
                 (
                     "x-slack-signature",
-                    format!("v0={}", hex_mac(SECRET, cat(&format!("v0:{digits}:"), body))),
+                    format!(
+                        "v0={}",
+                        hex_mac(SECRET, cat(&format!("v0:{digits}:"), body))
+                    ),
                 ),
                 ("x-slack-request-timestamp", digits.clone()),
             ],
@@ -292,7 +326,10 @@ fn correctly_signed_hundred_kb_timestamps_are_refused() {
             vec![
                 (
                     "twitch-eventsub-message-signature",
-                    format!("sha256={}", hex_mac(SECRET, cat(&format!("m-1{rfc}"), body))),
+                    format!(
+                        "sha256={}",
+                        hex_mac(SECRET, cat(&format!("m-1{rfc}"), body))
+                    ),
                 ),
                 ("twitch-eventsub-message-id", "m-1".into()),
                 ("twitch-eventsub-message-timestamp", rfc.clone()),
@@ -304,7 +341,9 @@ fn correctly_signed_hundred_kb_timestamps_are_refused() {
         let headers: RequestHeaders = headers.into_iter().collect();
         assert_eq!(
             verify_signed(&verifier, &headers, body, "").err(),
-            Some(VerifyError::MalformedSignature("the timestamp cannot be read")),
+            Some(VerifyError::MalformedSignature(
+                "the timestamp cannot be read"
+            )),
             "{name}"
         );
     }

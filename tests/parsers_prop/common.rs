@@ -61,7 +61,10 @@ pub(crate) fn definition_texts() -> &'static [(String, String)] {
             .filter(|p| p.extension().is_some_and(|e| e == "toml"))
             .map(|p| {
                 let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                (name, std::fs::read_to_string(&p).expect("a definition file"))
+                (
+                    name,
+                    std::fs::read_to_string(&p).expect("a definition file"),
+                )
             })
             .collect();
         texts.sort();
@@ -390,7 +393,10 @@ fn any_layout() -> impl Strategy<Value = SignatureFormat> {
     let keys = || proptest::collection::vec("[a-z0-9=,]{0,3}", 0..3);
     let versions = || {
         proptest::collection::vec(
-            ("[a-z0-9=,]{0,3}", select(vec![Algorithm::HmacSha256, Algorithm::Ed25519])),
+            (
+                "[a-z0-9=,]{0,3}",
+                select(vec![Algorithm::HmacSha256, Algorithm::Ed25519]),
+            ),
             0..3,
         )
     };

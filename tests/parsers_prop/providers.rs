@@ -101,8 +101,10 @@ fn handshake(
         }
         "twitch" => {
             let mut s = signed(serde_json::json!({ "challenge": challenge }));
-            s.headers
-                .push("twitch-eventsub-message-type", "webhook_callback_verification");
+            s.headers.push(
+                "twitch-eventsub-message-type",
+                "webhook_callback_verification",
+            );
             ("POST", s.query, s.headers, s.body, challenge.len())
         }
         "discord" => {

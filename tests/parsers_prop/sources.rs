@@ -57,9 +57,11 @@ pub(crate) fn encode_key(
 /// A key `def` accepts: a public key when it takes only public keys, else a secret.
 pub(crate) fn usable_key(def: &ProviderDefinition) -> Option<String> {
     match (def.asymmetric_algorithm(), &def.public_key) {
-        (Some(alg), Some(spec)) if !def.takes_secrets() => {
-            encode_key(&spec.encoding, &spec.strip_prefix, &public_key_bytes(alg, &SEED))
-        }
+        (Some(alg), Some(spec)) if !def.takes_secrets() => encode_key(
+            &spec.encoding,
+            &spec.strip_prefix,
+            &public_key_bytes(alg, &SEED),
+        ),
         _ => encode_key(&def.secret.encoding, &def.secret.strip_prefix, b"secret"),
     }
 }

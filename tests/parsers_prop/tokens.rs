@@ -18,7 +18,12 @@ enum TokenChange {
 }
 
 fn token_change() -> impl Strategy<Value = TokenChange> {
-    let c = || prop_oneof![select(vec!['a', 'A', ' ', '\t', '0', ':', '=']), any::<char>()];
+    let c = || {
+        prop_oneof![
+            select(vec!['a', 'A', ' ', '\t', '0', ':', '=']),
+            any::<char>()
+        ]
+    };
     prop_oneof![
         c().prop_map(TokenChange::Prefix),
         c().prop_map(TokenChange::Suffix),
@@ -85,7 +90,8 @@ fn graph_body(states: &[Option<String>]) -> Vec<u8> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let mut n = serde_json::json!({"subscriptionId": format!("sub-{i}"), "changeType": "created"});
+            let mut n =
+                serde_json::json!({"subscriptionId": format!("sub-{i}"), "changeType": "created"});
             if let Some(s) = s {
                 n["clientState"] = serde_json::Value::String(s.clone());
             }
@@ -95,7 +101,11 @@ fn graph_body(states: &[Option<String>]) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({ "value": value })).unwrap()
 }
 
-fn verify(verifier: &SourceVerifier, headers: RequestHeaders, body: &[u8]) -> Result<Verified, VerifyError> {
+fn verify(
+    verifier: &SourceVerifier,
+    headers: RequestHeaders,
+    body: &[u8],
+) -> Result<Verified, VerifyError> {
     verify_signed(verifier, &headers, body, "")
 }
 
