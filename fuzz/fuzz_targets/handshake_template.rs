@@ -13,8 +13,8 @@
 
 use bytes::Bytes;
 use hookgate::verify::{
-    parse_definition, RequestHeaders, SourceVerifier, Template, TemplateKind, Unverified,
-    Verified, VerifyError,
+    parse_definition, RequestHeaders, SourceVerifier, Template, TemplateKind, Unverified, Verified,
+    VerifyError,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -63,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
     let body = parts.next().unwrap_or_default();
 
     let parsed = Template::parse(template, TemplateKind::HandshakeAnswer);
-    assert_eq!(parsed.is_ok(), answer_template_is_valid(template), "{template:?}: {parsed:?}");
+    assert_eq!(
+        parsed.is_ok(),
+        answer_template_is_valid(template),
+        "{template:?}: {parsed:?}"
+    );
     let uses_hmac = template.contains("{hmac-sha256-hex:");
 
     let quoted = toml::Value::String(template.to_owned()).to_string();

@@ -43,7 +43,9 @@ fn expand(doc: &Value, pointer: &str) -> Result<Vec<Option<String>>, ()> {
             match (token.as_str(), v) {
                 ("*", Some(Value::Array(items))) => next.extend(items.iter().map(Some)),
                 (_, Some(Value::Object(map))) => next.push(map.get(&token)),
-                (_, Some(Value::Array(items))) => next.push(index(&token).and_then(|i| items.get(i))),
+                (_, Some(Value::Array(items))) => {
+                    next.push(index(&token).and_then(|i| items.get(i)))
+                }
                 _ => next.push(None),
             }
         }
@@ -122,8 +124,15 @@ fn token_batch(pointer: &str, body: &[u8]) {
         let doc: Value = serde_json::from_slice(body).expect("an accepted body is JSON");
         if pointer.split('/').any(|t| t == "*") {
             let values = expand(&doc, pointer).expect("within the limit");
-            assert!(!values.is_empty() && values.len() <= 32, "{} values", values.len());
-            assert!(values.iter().all(|v| v.as_deref() == Some(TOKEN)), "{values:?}");
+            assert!(
+                !values.is_empty() && values.len() <= 32,
+                "{} values",
+                values.len()
+            );
+            assert!(
+                values.iter().all(|v| v.as_deref() == Some(TOKEN)),
+                "{values:?}"
+            );
         } else {
             assert_eq!(doc.pointer(pointer).and_then(Value::as_str), Some(TOKEN));
         }

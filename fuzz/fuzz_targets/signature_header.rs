@@ -20,8 +20,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use hookgate::verify::{
-    parse_signature_header, Algorithm, Encoding, ProviderDefinition, ProviderRegistry, RequestHeaders,
-    SourceVerifier, Unverified,
+    parse_signature_header, Algorithm, Encoding, ProviderDefinition, ProviderRegistry,
+    RequestHeaders, SourceVerifier, Unverified,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -99,7 +99,8 @@ fn encode(encoding: Encoding, mac: &[u8]) -> String {
 fn check_parsed(def: &ProviderDefinition, value: &str) {
     let spec = &def.signature;
     let (format, encoding) = (&spec.format, spec.encoding);
-    let Some(parsed) = parse_signature_header(format, &spec.prefix, spec.algorithm, encoding, value)
+    let Some(parsed) =
+        parse_signature_header(format, &spec.prefix, spec.algorithm, encoding, value)
     else {
         return;
     };
@@ -152,9 +153,15 @@ fuzz_target!(|data: &[u8]| {
     // The timestamp the verifier will use: Stripe's comes from the header itself.
     let timestamp_of = |value: &str| -> String {
         if p.name == "stripe" {
-            parse_signature_header(&spec.format, &spec.prefix, spec.algorithm, spec.encoding, value)
-                .and_then(|parsed| parsed.timestamp)
-                .unwrap_or_default()
+            parse_signature_header(
+                &spec.format,
+                &spec.prefix,
+                spec.algorithm,
+                spec.encoding,
+                value,
+            )
+            .and_then(|parsed| parsed.timestamp)
+            .unwrap_or_default()
         } else {
             ts.clone()
         }

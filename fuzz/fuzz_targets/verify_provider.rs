@@ -160,12 +160,8 @@ fuzz_target!(|data: &[u8]| {
 
     let signed = flags & 2 != 0;
     let (headers, body, query, mutated) = if signed {
-        let mut doc: serde_json::Value = serde_json::from_slice(&sample_body(
-            &p.verifier,
-            "fuzz-id",
-            "fuzz.event",
-        ))
-        .unwrap();
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&sample_body(&p.verifier, "fuzz-id", "fuzz.event")).unwrap();
         let pad = serde_json::Value::String(String::from_utf8_lossy(&body).into_owned());
         match &mut doc {
             serde_json::Value::Array(items) => items[0]["pad"] = pad,

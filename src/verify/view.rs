@@ -187,7 +187,11 @@ mod tests {
         let view = RequestView::new(&request, &[]);
         assert_eq!(view.expand("/a/*/1"), Ok(vec![Some("y".to_owned())]));
         for index in ["01", "+1", "1.0", "-0"] {
-            assert_eq!(view.expand(&format!("/a/*/{index}")), Ok(vec![None]), "{index}");
+            assert_eq!(
+                view.expand(&format!("/a/*/{index}")),
+                Ok(vec![None]),
+                "{index}"
+            );
         }
     }
 }

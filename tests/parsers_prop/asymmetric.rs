@@ -6,7 +6,6 @@ use crate::common::*;
 use crate::sources::*;
 
 use ed25519_dalek::Signer as _;
-use p256::ecdsa::signature::Signer as _;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scheme {
