@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 use hookgate::verify::{
-    parse_definition, Location, RequestHeaders, SignatureFormat, SourceVerifier, Unverified,
+    parse_definition, Location, RequestHeaders, SignatureFormat, SignatureSource, SourceVerifier,
+    Unverified,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -19,7 +20,8 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     assert!(!def.name.is_empty());
-    assert!(!def.signature.headers.is_empty());
+    let body_signed = matches!(def.signature.source, SignatureSource::Body(_));
+    assert_eq!(def.signature.headers().is_empty(), body_signed);
     assert!(!def.event_id.is_empty());
     if let Some(ts) = &def.timestamp {
         assert!(ts.tolerance_seconds > 0);
@@ -43,15 +45,31 @@ fuzz_target!(|data: &[u8]| {
         ),
     }
 
-    // "c2VjcmV0" is valid both as UTF-8 and as base64, after the definition's prefix.
-    let secret = format!("{}c2VjcmV0", def.secret.strip_prefix);
-    let mut names: Vec<String> = def.signature.headers.clone();
+    // A secret written as the definition says ("secret" as UTF-8, base64 or hex after its
+    // prefix). A definition taking only public keys gets the same text, which is no key:
+    // loading it must fail cleanly.
+    let encoding = format!("{:?}", def.secret.encoding);
+    let secret = format!(
+        "{}{}",
+        def.secret.strip_prefix,
+        match encoding.as_str() {
+            "Hex" => "736563726574",
+            "Base64" => "c2VjcmV0",
+            _ => "secret",
+        }
+    );
+    let mut names: Vec<String> = def.signature.headers().to_vec();
     for loc in def.event_id.iter().chain(&def.event_type) {
         if let Location::Header(h) = loc {
             names.push(h.clone());
         }
     }
-    let verifier = SourceVerifier::new(def, &[&secret]).expect("a usable secret");
+    let public_only = def.asymmetric_algorithm().is_some() && !def.takes_secrets();
+    let verifier = match SourceVerifier::new(def, &[&secret]) {
+        Ok(v) => v,
+        Err(_) if public_only => return,
+        Err(e) => panic!("a usable secret refused: {e:?}"),
+    };
     // The same input, reused as every header value and as the body.
     let mut headers = RequestHeaders::new();
     for name in names
@@ -61,5 +79,10 @@ fuzz_target!(|data: &[u8]| {
     {
         headers.push(name, text.to_string());
     }
-    let _ = Unverified::new(headers, Bytes::copy_from_slice(data)).verify(&verifier, 1_700_000_000);
+    let result = Unverified::new(headers, Bytes::copy_from_slice(data))
+        .with_target("POST", "challenge=x&validationToken=y")
+        .verify(&verifier, 1_700_000_000);
+    if let Ok(hookgate::verify::Verified::Challenge(answer)) = result {
+        assert!(answer.body.len() <= 4096);
+    }
 });

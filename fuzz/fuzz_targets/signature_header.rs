@@ -20,8 +20,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use hookgate::verify::{
-    parse_signature_header, Encoding, ProviderDefinition, ProviderRegistry, RequestHeaders,
-    SignatureFormat, SourceVerifier, Unverified,
+    parse_signature_header, Algorithm, Encoding, ProviderDefinition, ProviderRegistry,
+    RequestHeaders, SourceVerifier, Unverified,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -91,21 +91,28 @@ fn encode(encoding: Encoding, mac: &[u8]) -> String {
     match encoding {
         Encoding::Hex => hex::encode(mac),
         Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(mac),
+        Encoding::Text => String::from_utf8_lossy(mac).into_owned(),
     }
 }
 
 /// Candidates must be written in the header value.
-fn check_parsed(format: &SignatureFormat, encoding: Encoding, value: &str) {
-    let Some(parsed) = parse_signature_header(format, encoding, value) else {
+fn check_parsed(def: &ProviderDefinition, value: &str) {
+    let spec = &def.signature;
+    let (format, encoding) = (&spec.format, spec.encoding);
+    let Some(parsed) =
+        parse_signature_header(format, &spec.prefix, spec.algorithm, encoding, value)
+    else {
         return;
     };
     assert!(!parsed.candidates.is_empty());
-    for c in &parsed.candidates {
+    assert!(parsed.candidates.len() <= hookgate::verify::MAX_CANDIDATES);
+    for c in parsed.candidates.iter().map(|c| &c.bytes) {
         let found = match encoding {
             Encoding::Hex => value.to_ascii_lowercase().contains(&hex::encode(c)),
             Encoding::Base64 => {
                 value.contains(&base64::engine::general_purpose::STANDARD_NO_PAD.encode(c))
             }
+            Encoding::Text => value.contains(&*String::from_utf8_lossy(c)),
         };
         assert!(found, "candidate {c:?} not in {value:?}");
     }
@@ -124,11 +131,7 @@ fuzz_target!(|data: &[u8]| {
 
     // Every parser sees the raw header text.
     for p in providers() {
-        check_parsed(
-            &p.definition.signature.format,
-            p.definition.signature.encoding,
-            &sig_template,
-        );
+        check_parsed(&p.definition, &sig_template);
     }
 
     let p = &providers()[usize::from(selector) % providers().len()];
@@ -140,19 +143,25 @@ fuzz_target!(|data: &[u8]| {
         "slack" => (
             "x-slack-request-timestamp",
             "x-slack-id",
-            spec.headers[0].as_str(),
+            spec.headers()[0].as_str(),
         ),
-        "github" => ("x-ts", "x-github-delivery", spec.headers[0].as_str()),
-        "shopify" => ("x-ts", "x-shopify-webhook-id", spec.headers[0].as_str()),
-        "hmac-sha256" => ("x-ts", "x-webhook-id", spec.headers[0].as_str()),
-        _ => ("x-ts", "x-id", spec.headers[0].as_str()),
+        "github" => ("x-ts", "x-github-delivery", spec.headers()[0].as_str()),
+        "shopify" => ("x-ts", "x-shopify-webhook-id", spec.headers()[0].as_str()),
+        "hmac-sha256" => ("x-ts", "x-webhook-id", spec.headers()[0].as_str()),
+        _ => ("x-ts", "x-id", spec.headers()[0].as_str()),
     };
     // The timestamp the verifier will use: Stripe's comes from the header itself.
     let timestamp_of = |value: &str| -> String {
         if p.name == "stripe" {
-            parse_signature_header(&spec.format, spec.encoding, value)
-                .and_then(|parsed| parsed.timestamp)
-                .unwrap_or_default()
+            parse_signature_header(
+                &spec.format,
+                &spec.prefix,
+                spec.algorithm,
+                spec.encoding,
+                value,
+            )
+            .and_then(|parsed| parsed.timestamp)
+            .unwrap_or_default()
         } else {
             ts.clone()
         }
@@ -167,7 +176,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         sig_template.clone()
     };
-    check_parsed(&spec.format, spec.encoding, &value);
+    check_parsed(&p.definition, &value);
 
     let mut headers = RequestHeaders::new();
     headers.push(sig_header, value.clone());
@@ -183,9 +192,15 @@ fuzz_target!(|data: &[u8]| {
             &p.key,
             &signed_payload(p.name, &body, &timestamp_of(&value), &id),
         );
-        let candidates = parse_signature_header(&spec.format, spec.encoding, &value)
-            .map(|parsed| parsed.candidates)
-            .unwrap_or_default();
+        let candidates: Vec<Vec<u8>> = parse_signature_header(
+            &spec.format,
+            &spec.prefix,
+            Algorithm::HmacSha256,
+            spec.encoding,
+            &value,
+        )
+        .map(|parsed| parsed.candidates.into_iter().map(|c| c.bytes).collect())
+        .unwrap_or_default();
         assert!(
             candidates.contains(&truth),
             "{} accepted {value:?} without the true MAC",

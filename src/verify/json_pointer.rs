@@ -63,7 +63,7 @@ fn tokens(pointer: &str) -> Option<Vec<String>> {
 }
 
 /// `Value::pointer`'s array index: decimal, no sign, no leading zero.
-fn parse_index(token: &str) -> Option<usize> {
+pub(super) fn parse_index(token: &str) -> Option<usize> {
     if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
         return None;
     }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::definition::Location;
-use super::json_pointer::pointer_values;
+use super::json_pointer::{parse_index, pointer_values};
 use super::request::{RequestHeaders, Unverified};
 
 /// The body is not a JSON document, and a value was to be read from it.
@@ -123,7 +123,7 @@ impl<'a> RequestView<'a> {
                     ("*", Some(Value::Array(items))) => next.extend(items.iter().map(Some)),
                     (_, Some(Value::Object(map))) => next.push(map.get(&token)),
                     (_, Some(Value::Array(items))) => {
-                        next.push(token.parse::<usize>().ok().and_then(|i| items.get(i)))
+                        next.push(parse_index(&token).and_then(|i| items.get(i)))
                     }
                     _ => next.push(None),
                 }
@@ -184,4 +184,28 @@ pub fn single_header<'a>(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `*` pointer reads array indexes as every other pointer does (RFC 6901: no sign, no
+    /// leading zero), so `/a/*/01` reaches nothing rather than element 1.
+    #[test]
+    fn expansion_reads_indexes_as_plain_pointers_do() {
+        let request = Unverified::new(
+            RequestHeaders::new(),
+            bytes::Bytes::from_static(br#"{"a":[["x","y"]]}"#),
+        );
+        let view = RequestView::new(&request, &[]);
+        assert_eq!(view.expand("/a/*/1"), Ok(vec![Some("y".to_owned())]));
+        for index in ["01", "+1", "1.0", "-0"] {
+            assert_eq!(
+                view.expand(&format!("/a/*/{index}")),
+                Ok(vec![None]),
+                "{index}"
+            );
+        }
+    }
 }

@@ -13,6 +13,7 @@ mod common;
 mod admin;
 mod bodies;
 mod headers;
+mod key_schemes;
 mod requests;
 mod signatures;
 mod slow_clients;

@@ -1,6 +1,7 @@
 //! Header parsers: no panics, and only what the header holds comes out.
 
 use crate::common::*;
+use crate::sources::provider;
 
 fn b64_unpadded(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
@@ -48,8 +49,8 @@ proptest! {
 
     /// Every built-in provider's header format, on arbitrary and on header-like values.
     #[test]
-    fn builtin_header_parsers_never_panic(provider in select(PROVIDERS.to_vec()), value in header_like()) {
-        let def = definition(provider);
+    fn builtin_header_parsers_never_panic(provider in provider(), value in header_like()) {
+        let def = definition(&provider);
         let format = (def.signature.format.clone(), def.signature.prefix.clone());
         check_parsed_against_value(&format, def.signature.encoding, &value);
     }

@@ -11,7 +11,12 @@
 
 mod common;
 
+mod asymmetric;
+mod bounds;
 mod definitions;
 mod headers;
+mod providers;
 mod signatures;
+mod sources;
 mod templates;
+mod tokens;
