@@ -131,7 +131,15 @@ impl VerifyKey {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// HMACs computed on this thread, for tests that bound the work per request.
+    pub(super) static MACS_COMPUTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 fn hmac(algorithm: Algorithm, key: &[u8], message: &[u8]) -> Option<Vec<u8>> {
+    #[cfg(test)]
+    MACS_COMPUTED.with(|n| n.set(n.get() + 1));
     Some(match algorithm {
         Algorithm::HmacSha1 => run_mac::<Hmac<sha1::Sha1>>(key, message),
         Algorithm::HmacSha256 => run_mac::<Hmac<sha2::Sha256>>(key, message),

@@ -291,14 +291,14 @@ impl Unverified {
             }
         };
 
-        let matches = |key: &VerifyKey, c: &Candidate| {
-            key.serves(c.algorithm) && payloads.iter().any(|p| key.check(c.algorithm, p, &c.bytes))
-        };
         let secret_index = if every_must_match {
             // Each value must be authentic; the index reported is the first one's key.
             let mut first = None;
             for c in &parsed.candidates {
-                let i = verifier.keys.iter().position(|k| matches(k, c));
+                let i = verifier
+                    .keys
+                    .iter()
+                    .position(|k| key_matches(k, std::slice::from_ref(c), &payloads));
                 first.get_or_insert(i.ok_or(VerifyError::InvalidSignature)?);
             }
             first.ok_or(VerifyError::InvalidSignature)?
@@ -306,7 +306,7 @@ impl Unverified {
             verifier
                 .keys
                 .iter()
-                .position(|k| parsed.candidates.iter().any(|c| matches(k, c)))
+                .position(|k| key_matches(k, &parsed.candidates, &payloads))
                 .ok_or(VerifyError::InvalidSignature)?
         };
 
@@ -353,6 +353,37 @@ impl Unverified {
             secret_index,
         }))
     }
+}
+
+/// Whether `key` verifies any of `candidates` over any of `payloads`. An HMAC is computed
+/// once per payload and algorithm and compared with every candidate: a request carrying 32
+/// signatures costs one MAC of its body per key, not 32.
+fn key_matches(key: &VerifyKey, candidates: &[Candidate], payloads: &[Vec<u8>]) -> bool {
+    let hmac = |a: Algorithm| !a.is_asymmetric() && a != Algorithm::Token;
+    for payload in payloads {
+        let mut macs: Vec<(Algorithm, Vec<u8>)> = Vec::new();
+        for c in candidates.iter().filter(|c| key.serves(c.algorithm)) {
+            let ok = if hmac(c.algorithm) {
+                let at = match macs.iter().position(|(a, _)| *a == c.algorithm) {
+                    Some(at) => at,
+                    None => {
+                        let Some(mac) = key.mac(c.algorithm, payload) else {
+                            continue;
+                        };
+                        macs.push((c.algorithm, mac));
+                        macs.len() - 1
+                    }
+                };
+                bytes_equal(&macs[at].1, &c.bytes)
+            } else {
+                key.check(c.algorithm, payload, &c.bytes)
+            };
+            if ok {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The candidate signatures, and whether every one of them must verify (a `*` pointer).
@@ -565,4 +596,31 @@ fn describe(locations: &[Location]) -> String {
         .map(Location::describe)
         .collect::<Vec<_>>()
         .join(" or ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::{ProviderRegistry, RequestHeaders};
+
+    /// 32 signatures (the most one request may carry) cost one HMAC of the body per secret,
+    /// not one per signature and secret.
+    #[test]
+    fn many_signatures_cost_one_mac_per_secret() {
+        let registry = ProviderRegistry::builtin().unwrap();
+        let def = registry.get("stripe").unwrap().as_ref().clone();
+        let verifier = SourceVerifier::new(def, &["whsec_one", "whsec_two"]).unwrap();
+        let sigs: Vec<String> = (0..32).map(|i| format!("v1={i:064x}")).collect();
+        let mut headers = RequestHeaders::new();
+        headers.push(
+            "stripe-signature",
+            format!("t=1700000000,{}", sigs.join(",")),
+        );
+        let before = super::super::keys::MACS_COMPUTED.with(|n| n.get());
+        let result = Unverified::new(headers, bytes::Bytes::from_static(b"{}"))
+            .verify(&verifier, 1_700_000_000);
+        let computed = super::super::keys::MACS_COMPUTED.with(|n| n.get()) - before;
+        assert_eq!(result.unwrap_err(), VerifyError::InvalidSignature);
+        assert_eq!(computed, 2);
+    }
 }
