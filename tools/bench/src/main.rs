@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 
 use gateway::GatewayOpts;
 use report::Results;
-use scenarios::{backlog, delivery, e2e, ingest, sustained, Ctx};
+use scenarios::{backlog, delivery, e2e, ingest, signatures, sustained, Ctx};
 
 #[derive(Debug, Parser)]
 #[command(name = "hookgate-bench", about = "Benchmarks for the hookgate gateway")]
@@ -70,6 +70,28 @@ enum Cmd {
         /// Stored-event counts to measure at, ascending.
         #[arg(long, value_delimiter = ',')]
         sizes: Option<Vec<u64>>,
+    },
+    /// Ingest with Ed25519 (Standard Webhooks v1a) against HMAC (v1) signatures on every
+    /// request, alternated on one gateway (and HMAC on a baseline gateway binary); then
+    /// verification alone for HMAC, Ed25519 and ECDSA P-256.
+    Signatures {
+        #[command(flatten)]
+        common: Common,
+        /// Stores to measure ingest on (comma-separated: sqlite, pg; none: verification alone).
+        #[arg(long, value_delimiter = ',', default_value = "sqlite")]
+        stores: Vec<signatures::Store>,
+        /// An earlier gateway binary whose HMAC ingest takes turns with this build's.
+        #[arg(long)]
+        baseline_hookgate: Option<PathBuf>,
+        /// What to call the baseline in the results (e.g. its commit).
+        #[arg(long, default_value = "baseline")]
+        baseline_label: String,
+        /// Rounds of alternated segments (default 4, or 2 with --quick).
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// Requests per segment (default 120,000, or 20,000 with --quick).
+        #[arg(long)]
+        requests: Option<usize>,
     },
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
@@ -173,6 +195,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Delivery(c) => ("delivery", c),
         Cmd::Sustained { common, .. } => ("sustained", common),
         Cmd::Backlog { common, .. } => ("backlog", common),
+        Cmd::Signatures { common, .. } => ("signatures", common),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -286,6 +309,33 @@ async fn run(
         let out = backlog::run(&ctx, &sizes).await;
         record(&mut results, "backlog", &stamp, out, |r, v| {
             r.backlog = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("signatures") {
+        section("signatures: ingest with Ed25519 vs HMAC signatures, and verification alone");
+        let (stores, baseline, rounds, requests) = match &cli.command {
+            Cmd::Signatures {
+                stores,
+                baseline_hookgate,
+                baseline_label,
+                rounds,
+                requests,
+                ..
+            } => (
+                stores.clone(),
+                baseline_hookgate.clone().map(|bin| signatures::Baseline {
+                    bin,
+                    label: baseline_label.clone(),
+                }),
+                *rounds,
+                *requests,
+            ),
+            _ => (vec![signatures::Store::Sqlite], None, None, None),
+        };
+        let out = signatures::run(&ctx, &stores, baseline.as_ref(), rounds, requests).await;
+        record(&mut results, "signatures", &stamp, out, |r, v| {
+            r.signatures = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;
