@@ -327,13 +327,14 @@ fn signature_rows(s: &mut String, i: &crate::scenarios::signatures::SchemeIngest
     if let (Some(h), Some(e)) = (leg("hmac"), leg("ed25519")) {
         let _ = writeln!(
             s,
-            "| Ingest with Ed25519 on every request (Standard Webhooks v1a) vs HMAC-SHA256 (v1), {store}, alternated | ≥ 0.80× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}) | {:.2}× | {} |",
+            "| Ingest with Ed25519 on every request (Standard Webhooks v1a) vs HMAC-SHA256 (v1), {store}, alternated | ≥ 0.80× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}; {}) | {:.2}× | {} |",
             rate(e.throughput),
             rate(h.throughput),
             i.concurrency,
             i.rounds,
             rate(i.requests_per_segment as f64),
             ratio_range(&i.ed25519_to_hmac_rounds),
+            i.store_settings,
             i.ed25519_to_hmac,
             met(i.ed25519_to_hmac >= 0.8 && !failed(h) && !failed(e))
         );

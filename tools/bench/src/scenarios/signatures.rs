@@ -321,13 +321,15 @@ async fn ingest(
                 urls.push(ctx.pg.url(&db));
                 dbs.push(db);
             }
+            let mut settings = Vec::new();
+            for name in ["shared_buffers", "max_wal_size", "synchronous_commit"] {
+                let value = ctx.pg.setting(name).await.unwrap_or_default();
+                settings.push(format!("{name}={value}"));
+            }
             format!(
-                "PostgreSQL {}, synchronous_commit={}",
+                "PostgreSQL {} ({})",
                 ctx.pg.setting("server_version").await.unwrap_or_default(),
-                ctx.pg
-                    .setting("synchronous_commit")
-                    .await
-                    .unwrap_or_default()
+                settings.join(", ")
             )
         }
     };
