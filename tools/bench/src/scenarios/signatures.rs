@@ -585,13 +585,16 @@ const BATCH: usize = 256;
 /// Each case's share of a round, at least.
 const SLICE: Duration = Duration::from_millis(40);
 
+/// A bare signature check: (message, signature) -> valid.
+type Check = Box<dyn Fn(&[u8], &[u8]) -> bool + Send>;
+
 enum Work {
     Verify {
-        verifier: SourceVerifier,
+        verifier: Box<SourceVerifier>,
         pool: Vec<(RequestHeaders, Bytes, String)>,
     },
     Primitive {
-        check: Box<dyn Fn(&[u8], &[u8]) -> bool + Send>,
+        check: Check,
         pool: Vec<(Vec<u8>, Vec<u8>)>,
     },
 }
@@ -611,7 +614,10 @@ impl Case {
             .collect::<anyhow::Result<_>>()?;
         Ok(Self {
             name: name.into(),
-            work: Work::Verify { verifier, pool },
+            work: Work::Verify {
+                verifier: Box::new(verifier),
+                pool,
+            },
         })
     }
 
