@@ -50,6 +50,8 @@ pub struct GwConfig {
     pub retry_schedule: Vec<String>,
     /// `database.sqlite_synchronous` ("full", "normal"); the gateway's default when None.
     pub sqlite_synchronous: Option<&'static str>,
+    /// `[[sources]]` tables added after the standard two, as TOML.
+    pub extra_sources: Vec<String>,
 }
 
 impl GwConfig {
@@ -59,6 +61,7 @@ impl GwConfig {
             sink_url: sink_url.into(),
             retry_schedule: vec!["1s".into(), "5s".into(), "30s".into()],
             sqlite_synchronous: None,
+            extra_sources: Vec::new(),
         }
     }
 }
@@ -105,6 +108,10 @@ reconcile_lookback = "24h"
             "\n[[sources]]\nname = \"{}\"\nprovider = \"{provider}\"\nsecrets = [\"{}\"]\ndestinations = [\"sink\"]\n",
             s.name, s.secret
         ));
+    }
+    for extra in &cfg.extra_sources {
+        t.push('\n');
+        t.push_str(extra);
     }
     let schedule: Vec<String> = cfg
         .retry_schedule

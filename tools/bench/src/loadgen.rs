@@ -53,6 +53,12 @@ pub struct LoadSpec {
     pub body_size: usize,
     /// Keep (hookgate event id, instant of the 2xx) for every accepted event.
     pub keep_ids: bool,
+    /// Requests built (and signed) before the run: request i is `prebuilt[i]`, sent as it
+    /// is (`sources` and `ids` unused), and the run ends when they are all sent or at
+    /// `duration`, whichever comes first. Its throughput counts the time it took. For
+    /// comparing signature schemes whose signing costs differ: the generator shares the
+    /// gateway's cores, and signing on the fly would charge the dearer scheme twice.
+    pub prebuilt: Option<Arc<Vec<Vec<u8>>>>,
 }
 
 /// What one run measured.
@@ -214,10 +220,14 @@ pub async fn run(spec: LoadSpec) -> LoadOutcome {
         slow.extend(r.slow);
         last = last.max(r.finished.unwrap_or(start));
     }
-    let elapsed = last
-        .saturating_duration_since(start)
-        .max(shared.spec.duration)
-        .as_secs_f64();
+    let elapsed = last.saturating_duration_since(start);
+    // A run of prebuilt requests may end early, when they are all sent: its own time counts.
+    let elapsed = if shared.spec.prebuilt.is_some() {
+        elapsed
+    } else {
+        elapsed.max(shared.spec.duration)
+    }
+    .as_secs_f64();
     let ok: u64 = statuses
         .iter()
         .filter(|(s, _)| (200..300).contains(*s))
@@ -250,7 +260,7 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
     let spec = &shared.spec;
     let mut r = WorkerResult::default();
     let mut conn = Conn::connect(spec.addr).await.ok();
-    let mut request = Vec::with_capacity(spec.body_size + 1024);
+    let mut buf = Vec::with_capacity(spec.body_size + 1024);
     tokio::time::sleep_until(shared.start.into()).await;
     loop {
         let i = shared.next.fetch_add(1, Ordering::Relaxed);
@@ -275,13 +285,24 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
                 }
             }
         };
-        let source = &spec.sources[(i % spec.sources.len() as u64) as usize];
-        let x = match spec.ids {
-            Ids::Fresh { offset } => offset.wrapping_add(i),
-            Ids::Existing { offset, count } => offset.wrapping_add(fastrand::u64(..count.max(1))),
+        let request: &[u8] = match &spec.prebuilt {
+            Some(all) => match usize::try_from(i).ok().and_then(|i| all.get(i)) {
+                Some(r) => r,
+                None => break,
+            },
+            None => {
+                let source = &spec.sources[(i % spec.sources.len() as u64) as usize];
+                let x = match spec.ids {
+                    Ids::Fresh { offset } => offset.wrapping_add(i),
+                    Ids::Existing { offset, count } => {
+                        offset.wrapping_add(fastrand::u64(..count.max(1)))
+                    }
+                };
+                let id = event_id(source.scheme, x);
+                build_request(&mut buf, &shared.host, source, &id, spec.body_size);
+                &buf
+            }
         };
-        let id = event_id(source.scheme, x);
-        build_request(&mut request, &shared.host, source, &id, spec.body_size);
         if conn.is_none() {
             match Conn::connect(spec.addr).await {
                 Ok(c) => conn = Some(c),
@@ -293,7 +314,7 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
             }
         }
         let c = conn.as_mut().expect("connected above");
-        match c.round_trip(&request, spec.keep_ids).await {
+        match c.round_trip(request, spec.keep_ids).await {
             Ok(resp) => {
                 let done = Instant::now();
                 r.samples.record(done - began);

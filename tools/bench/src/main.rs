@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 
 use gateway::GatewayOpts;
 use report::Results;
-use scenarios::{backlog, delivery, e2e, ingest, sustained, Ctx};
+use scenarios::{backlog, delivery, e2e, ingest, signatures, sustained, Ctx};
 
 #[derive(Debug, Parser)]
 #[command(name = "hookgate-bench", about = "Benchmarks for the hookgate gateway")]
@@ -71,6 +71,10 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         sizes: Option<Vec<u64>>,
     },
+    /// Ingest with Ed25519 (Standard Webhooks v1a) against HMAC (v1) signatures on every
+    /// request, alternated on one gateway (and HMAC on a baseline gateway binary); then
+    /// verification alone for HMAC, Ed25519 and ECDSA P-256.
+    Signatures(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -146,6 +150,23 @@ struct Common {
     /// Markdown table (default: bench/RESULTS.md for `all`, bench/results/quick.md with --quick).
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// `signatures`: stores to measure ingest on (comma-separated: sqlite, pg; none:
+    /// verification alone).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite")]
+    signature_stores: Vec<signatures::Store>,
+    /// `signatures`: an earlier gateway binary whose HMAC ingest takes turns with this
+    /// build's (e.g. built from the commit before a change to verification).
+    #[arg(long)]
+    baseline_hookgate: Option<PathBuf>,
+    /// `signatures`: what to call the baseline in the results (e.g. its commit).
+    #[arg(long, default_value = "baseline")]
+    baseline_label: String,
+    /// `signatures`: rounds of alternated segments (default 4, or 2 with --quick).
+    #[arg(long)]
+    signature_rounds: Option<usize>,
+    /// `signatures`: requests per segment (default 120,000, or 20,000 with --quick).
+    #[arg(long)]
+    signature_requests: Option<usize>,
 }
 
 #[tokio::main]
@@ -173,6 +194,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Delivery(c) => ("delivery", c),
         Cmd::Sustained { common, .. } => ("sustained", common),
         Cmd::Backlog { common, .. } => ("backlog", common),
+        Cmd::Signatures(c) => ("signatures", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -286,6 +308,26 @@ async fn run(
         let out = backlog::run(&ctx, &sizes).await;
         record(&mut results, "backlog", &stamp, out, |r, v| {
             r.backlog = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("signatures") {
+        section("signatures: ingest with Ed25519 vs HMAC signatures, and verification alone");
+        let baseline = common
+            .baseline_hookgate
+            .clone()
+            .map(|bin| signatures::Baseline {
+                bin,
+                label: common.baseline_label.clone(),
+            });
+        let (stores, rounds, requests) = (
+            &common.signature_stores,
+            common.signature_rounds,
+            common.signature_requests,
+        );
+        let out = signatures::run(&ctx, stores, baseline.as_ref(), rounds, requests).await;
+        record(&mut results, "signatures", &stamp, out, |r, v| {
+            r.signatures = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;

@@ -296,8 +296,60 @@ pub fn render(r: &Results) -> String {
             d.ratio_failing_to_clean
         );
     }
+    if let Some(g) = &r.signatures {
+        for i in &g.ingest {
+            signature_rows(&mut s, i);
+        }
+    }
     details(&mut s, r);
     s
+}
+
+fn ratio_range(r: &[f64]) -> String {
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(0.0, f64::max);
+    if r.is_empty() {
+        String::new()
+    } else {
+        format!("{lo:.2}–{hi:.2}×")
+    }
+}
+
+/// The signature-cost rows: Ed25519 against HMAC, and HMAC against the baseline build.
+fn signature_rows(s: &mut String, i: &crate::scenarios::signatures::SchemeIngest) {
+    let leg = |name: &str| i.legs.iter().find(|l| l.name == name);
+    let store = if i.store == "sqlite" {
+        "SQLite"
+    } else {
+        "PostgreSQL"
+    };
+    let failed = |l: &crate::scenarios::signatures::LegResult| l.non_2xx + l.conn_errors > 0;
+    if let (Some(h), Some(e)) = (leg("hmac"), leg("ed25519")) {
+        let _ = writeln!(
+            s,
+            "| Ingest with Ed25519 on every request (Standard Webhooks v1a) vs HMAC-SHA256 (v1), {store}, alternated | ≥ 0.80× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}; {}) | {:.2}× | {} |",
+            rate(e.throughput),
+            rate(h.throughput),
+            i.concurrency,
+            i.rounds,
+            rate(i.requests_per_segment as f64),
+            ratio_range(&i.ed25519_to_hmac_rounds),
+            i.store_settings,
+            i.ed25519_to_hmac,
+            met(i.ed25519_to_hmac >= 0.8 && !failed(h) && !failed(e))
+        );
+    }
+    if let (Some(h), Some(b), Some(r)) = (leg("hmac"), leg("hmac-baseline"), i.hmac_to_baseline) {
+        let _ = writeln!(
+            s,
+            "| HMAC-SHA256 ingest (Standard Webhooks v1), this build vs {}, {store}, alternated | unchanged (≥ 0.95×) | {} vs {} events/s (per round {}) | {r:.2}× | {} |",
+            b.gateway,
+            rate(h.throughput),
+            rate(b.throughput),
+            ratio_range(&i.hmac_to_baseline_rounds),
+            met(r >= 0.95 && !failed(h) && !failed(b))
+        );
+    }
 }
 
 fn details(s: &mut String, r: &Results) {
@@ -362,6 +414,30 @@ fn details(s: &mut String, r: &Results) {
                 l.duplicates.latency.p99_ms,
                 l.claim.p50_ms,
                 l.claim.p99_ms
+            );
+        }
+    }
+    if let Some(v) = r.signatures.as_ref().and_then(|g| g.verify.as_ref()) {
+        let _ = writeln!(
+            s,
+            "\nSignature verification alone (`Unverified::verify` on one thread, no HTTP, no store; 512 B bodies; {} alternated rounds), and the bare primitives over the same bytes:\n\n| what | checks/s | µs each | vs HMAC | per round |\n| --- | --- | --- | --- | --- |",
+            v.rounds
+        );
+        for c in &v.schemes {
+            let _ = writeln!(
+                s,
+                "| {}{} | {} | {:.2} | {:.3}× | {:.3}–{:.3}× |",
+                c.name,
+                if c.kind == "primitive" {
+                    " (primitive)"
+                } else {
+                    ""
+                },
+                rate(c.per_s),
+                c.us_each,
+                c.ratio_to_hmac,
+                c.ratio_min,
+                c.ratio_max
             );
         }
     }

@@ -6,7 +6,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::GatewayOpts;
-use crate::scenarios::{backlog, delivery, e2e, ingest, sustained};
+use crate::scenarios::{backlog, delivery, e2e, ingest, signatures, sustained};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -43,6 +43,7 @@ pub struct Results {
     pub delivery: Option<delivery::Delivery>,
     pub sustained: Option<sustained::Sustained>,
     pub backlog: Option<backlog::Backlog>,
+    pub signatures: Option<signatures::Signatures>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -50,6 +51,10 @@ pub struct Results {
     #[serde(default)]
     pub scenario_runs: std::collections::BTreeMap<String, String>,
 }
+
+/// Scenarios that never touch PostgreSQL (`signatures` by default measures SQLite; with
+/// `--stores pg` its results name the server they ran on).
+const NO_POSTGRES: &[&str] = &["ingest-sqlite", "signatures"];
 
 impl Results {
     /// Takes from `old` the scenarios not in `rerun` (with their errors and run stamps).
@@ -68,6 +73,12 @@ impl Results {
         take!(sustained, "sustained");
         take!(e2e, "e2e");
         take!(backlog, "backlog");
+        take!(signatures, "signatures");
+        // Scenarios that use no PostgreSQL leave the header's server as the run that
+        // measured the others described it.
+        if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {
+            self.pg_server = old.pg_server;
+        }
         self.errors = old
             .errors
             .into_iter()

@@ -81,6 +81,7 @@ pub async fn loadgen(a: LoadgenArgs) -> anyhow::Result<()> {
         ids: loadgen::Ids::fresh(),
         body_size: a.body_size,
         keep_ids: false,
+        prebuilt: None,
     })
     .await;
     if a.json {

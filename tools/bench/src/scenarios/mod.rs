@@ -4,6 +4,7 @@ pub mod backlog;
 pub mod delivery;
 pub mod e2e;
 pub mod ingest;
+pub mod signatures;
 pub mod sqlite_loop;
 pub mod sustained;
 
@@ -52,6 +53,7 @@ impl Ctx {
             ids,
             body_size: self.body_size,
             keep_ids: false,
+            prebuilt: None,
         }
     }
 
