@@ -11,6 +11,7 @@ mod registry;
 mod request;
 mod sign;
 mod signature;
+mod source;
 mod template;
 mod verifier;
 mod view;
@@ -25,8 +26,9 @@ pub use request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEv
 pub use sign::{sample_body, sign_request, SignError, SignedRequest};
 /// Exposed for property tests and fuzzing of the signature parser.
 pub use signature::{parse_signature_header, Candidate, ParsedSignature, MAX_CANDIDATES};
+pub use source::SourceVerifier;
 pub use template::{Template, TemplateKind};
-pub use verifier::{SourceVerifier, VerifyError};
+pub use verifier::VerifyError;
 
 /// Decodes base64 with or without padding, as `whsec_` secrets come both ways.
 pub fn decode_base64_lenient(s: &str) -> Result<Vec<u8>, base64::DecodeError> {

@@ -11,8 +11,8 @@ use super::definition::{
 };
 use super::keys::VerifyKey;
 use super::request::RequestHeaders;
+use super::source::SourceVerifier;
 use super::template::{sorted_form_params, RenderValues, TemplatePart};
-use super::verifier::SourceVerifier;
 
 /// A signed request, ready to POST to the webhook URL with `query` appended.
 #[derive(Debug, Clone)]
