@@ -570,6 +570,7 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         "POST /admin/v1/dead-letters/{job_id}/retry",
         "POST /admin/v1/dead-letters/retry",
         "DELETE /admin/v1/dead-letters/{job_id}",
+        "GET /admin/v1/sources",
         "GET /admin/v1/openapi.json",
     ]
     .into_iter()
