@@ -450,6 +450,38 @@ mod tests {
         }
     }
 
+    /// A filter with a NUL is refused (400: no stored value holds one), so the document's
+    /// filter strings exclude it, or a client generating valid data would be refused.
+    #[test]
+    fn filter_strings_exclude_nul_as_the_server_does() {
+        let doc = document();
+        let nul_free = json!("^[^\\u0000]*$");
+        for (path, names) in [
+            (
+                "/admin/v1/events",
+                &["source", "event_type", "provider_event_id"][..],
+            ),
+            ("/admin/v1/dead-letters", &["destination", "source"][..]),
+        ] {
+            for name in names {
+                let schema = &param(&doc["paths"][path]["get"], name)["schema"];
+                assert_eq!(schema["pattern"], nul_free, "{path} {name}: {schema}");
+            }
+        }
+        for (schema, names) in [
+            (
+                "BulkReplayRequest",
+                &["source", "event_type", "provider_event_id"][..],
+            ),
+            ("BulkRetryRequest", &["destination", "source"][..]),
+        ] {
+            for name in names {
+                let property = &doc["components"]["schemas"][schema]["properties"][name];
+                assert_eq!(property["pattern"], nul_free, "{schema}.{name}: {property}");
+            }
+        }
+    }
+
     #[test]
     fn limit_is_1_to_500_and_status_is_one_the_server_parses() {
         let doc = document();

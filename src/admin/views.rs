@@ -220,13 +220,21 @@ pub enum StatusFilter {
     Failed,
 }
 
-/// Event filters shared by the list and the bulk replay.
+/// Event filters shared by the list and the bulk replay. Filter strings cannot hold a NUL:
+/// no stored value can, and PostgreSQL refuses one in text (400 `bad_request`); the document
+/// says so with a pattern.
 #[derive(Debug, Default, Deserialize, ToSchema, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub source: Option<String>,
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub event_type: Option<String>,
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub provider_event_id: Option<String>,
     /// Events with at least one job in this status.
     #[param(inline, value_type = Option<StatusFilter>)]
@@ -247,8 +255,11 @@ pub struct EventsQuery {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"source": "stripe", "status": "failed", "dry_run": true}))]
 pub struct BulkReplayRequest {
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub source: Option<String>,
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub event_type: Option<String>,
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub provider_event_id: Option<String>,
     /// Events with at least one job in this status.
     #[schema(inline, value_type = Option<StatusFilter>)]
@@ -264,7 +275,11 @@ pub struct BulkReplayRequest {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct DeadLettersQuery {
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub destination: Option<String>,
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub source: Option<String>,
     /// Page size: 1 to 500, default 50.
     #[param(minimum = 1, maximum = 500, default = 50)]
@@ -279,6 +294,8 @@ pub struct DeadLettersQuery {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"destination": "billing"}))]
 pub struct BulkRetryRequest {
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub destination: Option<String>,
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub source: Option<String>,
 }

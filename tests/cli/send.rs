@@ -30,7 +30,9 @@ fn send_signs_test_events_that_every_demo_source_accepts() {
             .output()
             .unwrap()
     };
-    let demo = ["stripe", "github", "svix", "generic", "twilio", "meta", "discord"];
+    let demo = [
+        "stripe", "github", "svix", "generic", "twilio", "meta", "discord",
+    ];
     for source in demo {
         let out = send(&["--source", source, "--event", "invoice.paid"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
