@@ -50,11 +50,18 @@ pub async fn list(
     state: web::Data<AppState>,
     tenant: Tenant,
 ) -> Result<web::Json<SourcesReply>, AdminError> {
+    Ok(web::Json(SourcesReply {
+        data: views(&state, tenant.as_str()),
+    }))
+}
+
+/// The tenant's sources, by name (the API's and the console's view).
+pub(crate) fn views(state: &AppState, tenant: &str) -> Vec<SourceView> {
     let mut data: Vec<SourceView> = state
         .config
         .sources
         .values()
-        .filter(|s| s.tenant.as_str() == tenant.as_str())
+        .filter(|s| s.tenant.as_str() == tenant)
         .map(|s| {
             let def = s.verifier.definition();
             let locations = |l: &[Location]| l.iter().map(Location::to_string).collect();
@@ -96,5 +103,5 @@ pub async fn list(
         })
         .collect();
     data.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(web::Json(SourcesReply { data }))
+    data
 }

@@ -306,6 +306,21 @@ pub async fn dead_letters(
     }
 }
 
+/// The tenant's sources: where each reads its event id, type and signature.
+pub async fn sources(state: web::Data<AppState>, req: HttpRequest, query: Query) -> HttpResponse {
+    let s = match session(&state, &req).await {
+        Ok(s) => s,
+        Err(denied) => return denied.response(),
+    };
+    let views = crate::admin::sources::views(&state, s.tenant.as_str());
+    html(pages::sources(
+        s.tenant.as_str(),
+        &s.csrf,
+        notice(&query),
+        &views,
+    ))
+}
+
 pub async fn retry(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -41,6 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/events/{id}", web::get().to(handlers::event))
             .route("/events/{id}/replay", web::post().to(handlers::replay))
             .route("/dead-letters", web::get().to(handlers::dead_letters))
+            .route("/sources", web::get().to(handlers::sources))
             .route("/dead-letters/retry", web::post().to(handlers::bulk_retry))
             .route(
                 "/dead-letters/discard",

@@ -2,6 +2,7 @@
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
+use crate::admin::sources::SourceView;
 use crate::admin::views::{DeadLetterView, EventDetail, EventSummaryView, JobView};
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:0;color:#1d2733;background:#f6f7f9}\
@@ -37,6 +38,7 @@ fn page(
                     @if let Some(t) = tenant {
                         a href="/console/events" { "Events" }
                         a href="/console/dead-letters" { "Dead letters" }
+                        a href="/console/sources" { "Sources" }
                         span { "tenant: " (t) }
                         form.inline method="post" action="/console/logout" {
                             input type="hidden" name="csrf" value=(csrf);
@@ -235,6 +237,44 @@ pub fn dead_letters(
             }
             @if rows.is_empty() { p id="empty" { "No dead letters." } }
             @if let Some(next) = &next { p { a href=(next) id="next" { "Next page →" } } }
+        },
+    )
+}
+
+pub fn sources(tenant: &str, csrf: &str, notice: Option<&str>, rows: &[SourceView]) -> Markup {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    page(
+        "Sources",
+        Some(tenant),
+        csrf,
+        notice,
+        html! {
+            h1 { "Sources" }
+            table id="sources" {
+                tr {
+                    th { "Source" } th { "Provider" } th { "Signature" } th { "Secrets" }
+                    th { "Event id from" } th { "Type from" } th { "Handshakes" } th { "Destinations" }
+                }
+                @for s in rows {
+                    tr {
+                        td { code { "/webhooks/" (s.name) } }
+                        td { (s.definition) }
+                        td { (list(&s.algorithms)) " in " (list(&s.signature_from)) }
+                        td { (s.secrets) }
+                        td { (list(&s.event_id)) }
+                        td { (list(&s.event_type)) }
+                        td { (list(&s.handshakes)) }
+                        td { (list(&s.destinations)) }
+                    }
+                }
+            }
+            @if rows.is_empty() { p id="empty" { "No sources." } }
         },
     )
 }

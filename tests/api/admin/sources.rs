@@ -8,7 +8,10 @@ use crate::support::{
     STRIPE_SECRET, SVIX_SECRET,
 };
 
-both_backends!(each_tenant_sees_its_sources_and_where_their_ids_come_from);
+both_backends!(
+    each_tenant_sees_its_sources_and_where_their_ids_come_from,
+    the_console_lists_the_tenants_sources
+);
 
 async fn each_tenant_sees_its_sources_and_where_their_ids_come_from(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -83,4 +86,44 @@ async fn each_tenant_sees_its_sources_and_where_their_ids_come_from(backend: Bac
         .admin(reqwest::Method::GET, "", "/sources", None, None)
         .await;
     assert_eq!(anonymous.status(), 401);
+}
+
+async fn the_console_lists_the_tenants_sources(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let page = |cookie: String| {
+        let url = app.url("/console/sources");
+        async move {
+            let r = crate::support::console::no_redirects()
+                .get(url)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, html) = page(crate::support::console::login(&app, DEFAULT_TOKEN).await).await;
+    assert_eq!(status, 200);
+    for shown in [
+        "/webhooks/svix",
+        "header:webhook-id, header:svix-id",
+        "hmac-sha256, ed25519",
+        "POST json:/type=url_verification",
+    ] {
+        assert!(
+            html.contains(shown),
+            "{shown} missing from the sources page"
+        );
+    }
+    // Another tenant's source is not listed, and no secret ever is.
+    assert!(!html.contains("/webhooks/stripe"));
+    for secret in [GITHUB_SECRET, SLACK_SECRET, SVIX_SECRET] {
+        assert!(!html.contains(secret));
+    }
+    let (status, html) = page(crate::support::console::login(&app, ACME_TOKEN).await).await;
+    assert_eq!(status, 200);
+    assert!(html.contains("/webhooks/stripe") && !html.contains("/webhooks/svix"));
+    // Without a session: sent to the login page.
+    let (status, _) = page(String::new()).await;
+    assert_eq!(status, 303);
 }
