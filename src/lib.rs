@@ -13,6 +13,7 @@ pub mod domain;
 pub mod http;
 pub mod ingest;
 pub mod queue;
+pub mod routing;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -1,0 +1,17 @@
+//! Routing: which destinations an event goes to. A route names its event types with
+//! [`EventTypePattern`]s and may require a body [`Filter`] (`match`) and a header filter
+//! (`match_headers`); both are compiled when the configuration is loaded. The language is
+//! described in docs/ROUTING.md.
+
+mod compile;
+mod eval;
+mod filter;
+mod glob;
+
+#[cfg(test)]
+mod doc_examples;
+#[cfg(test)]
+mod tests;
+
+pub use filter::{Filter, FilterError, MAX_FILTER_DEPTH, MAX_FILTER_NODES};
+pub use glob::EventTypePattern;
