@@ -367,3 +367,34 @@ fn header_string(value: &Value, path: &str) -> Result<(), FilterError> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_quote_names_that_are_not_one_plain_segment() {
+        assert_eq!(field_path("match", "data"), "match.data");
+        assert_eq!(field_path("match", "x-request_id2"), "match.x-request_id2");
+        assert_eq!(field_path("match", "a.b"), "match[\"a.b\"]");
+        assert_eq!(field_path("match", ""), "match[\"\"]");
+        assert_eq!(
+            field_path("match", "say \"hi\""),
+            "match[\"say \\\"hi\\\"\"]"
+        );
+    }
+
+    #[test]
+    fn every_listed_operator_compiles() {
+        for name in OPERATORS {
+            let arg = match name {
+                "$or" | "$and" => serde_json::json!([{}]),
+                "$exist" => serde_json::json!(true),
+                "$not" | "$in" | "$nin" => serde_json::json!(["x"]),
+                _ => serde_json::json!("x"),
+            };
+            let filter = serde_json::json!({ name: arg });
+            assert!(compile(&filter, Level::Body).is_ok(), "{filter}");
+        }
+    }
+}

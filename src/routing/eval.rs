@@ -137,3 +137,52 @@ fn number_cmp(a: &Number, b: &Number) -> Option<Ordering> {
         _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn n(v: Value) -> Number {
+        match v {
+            Value::Number(n) => n,
+            other => panic!("{other} is not a number"),
+        }
+    }
+
+    #[test]
+    fn numbers_compare_by_value_across_representations() {
+        let cmp = |a, b| number_cmp(&n(a), &n(b));
+        assert_eq!(cmp(json!(1), json!(1.0)), Some(Ordering::Equal));
+        assert_eq!(cmp(json!(-1), json!(u64::MAX)), Some(Ordering::Less));
+        assert_eq!(
+            cmp(json!(u64::MAX), json!(i64::MAX)),
+            Some(Ordering::Greater)
+        );
+        assert_eq!(cmp(json!(2.5), json!(2)), Some(Ordering::Greater));
+        assert_eq!(cmp(json!(-0.0), json!(0)), Some(Ordering::Equal));
+    }
+
+    #[test]
+    fn deep_equality_ignores_key_order_and_number_form() {
+        assert!(deep_eq(
+            &json!({"a": [1, {"b": 2.0}]}),
+            &json!({"a": [1.0, {"b": 2}]})
+        ));
+        assert!(!deep_eq(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+        assert!(!deep_eq(&json!({"a": 1, "b": 2}), &json!({"a": 1, "c": 2})));
+        assert!(!deep_eq(&json!([1, 2]), &json!([2, 1])));
+        assert!(!deep_eq(&json!(null), &json!(false)));
+        assert!(!deep_eq(&json!("1"), &json!(1)));
+    }
+
+    #[test]
+    fn in_lists_see_the_array_itself_and_its_elements() {
+        let list = [json!([1, 2]), json!("a")];
+        assert!(in_list(&list, &json!([1, 2])));
+        assert!(in_list(&list, &json!(["b", "a"])));
+        assert!(!in_list(&list, &json!([[1], 2])));
+        assert!(!in_list(&list, &json!("b")));
+    }
+}

@@ -121,3 +121,41 @@ impl Filter {
         self.matches(&Value::Object(map))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn repeated_headers_become_an_array_in_order() {
+        let filter = Filter::compile_headers(&json!({"x-a": {"$eq": ["1", "2", "3"]}})).unwrap();
+        let sent = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect();
+            filter.matches_headers(&pairs)
+        };
+        assert!(sent(&[
+            ("X-A", "1"),
+            ("x-b", "0"),
+            ("x-A", "2"),
+            ("x-a", "3")
+        ]));
+        assert!(!sent(&[("X-A", "2"), ("x-a", "1"), ("x-a", "3")]));
+        assert!(!sent(&[("x-a", "1"), ("x-a", "2")]));
+    }
+
+    #[test]
+    fn errors_read_as_path_then_reason() {
+        let err = Filter::compile(&json!({"data": {"amount": {"$gt": [1]}}})).unwrap_err();
+        assert_eq!(err.path, "match.data.amount");
+        assert_eq!(err.reason, "$gt takes a number or a string, not an array");
+        assert_eq!(
+            err.to_string(),
+            "match.data.amount: $gt takes a number or a string, not an array"
+        );
+    }
+}
