@@ -16,6 +16,7 @@ mod bounds;
 mod definitions;
 mod headers;
 mod providers;
+mod routing;
 mod signatures;
 mod sources;
 mod templates;
