@@ -551,13 +551,11 @@ fn the_ports_accept_the_published_vectors() {
     assert!(port_github("It's a Secret to Everybody", &github));
 }
 
-/// An Ed25519 seed and its public key, hex and base64.
-fn ed25519_pair() -> ([u8; 32], [u8; 32]) {
-    let seed = [42u8; 32];
-    let public = ed25519_dalek::SigningKey::from_bytes(&seed)
-        .verifying_key()
-        .to_bytes();
-    (seed, public)
+/// A test key pair for a public-key provider, written as its definition writes keys: the
+/// public key a source lists and the private key `hookgate send` signs with.
+fn key_pair(provider: &str, seed: u8) -> (String, String) {
+    let registry = ProviderRegistry::builtin().unwrap();
+    hookgate::verify::test_key_pair(registry.get(provider).unwrap(), &[seed; 32]).unwrap()
 }
 
 #[test]
@@ -617,31 +615,23 @@ fn what_hookgate_signs_the_providers_own_code_accepts() {
         hookgate_signed("standard-webhooks", whsec, None),
         |r| port_standard_webhooks(whsec, r),
     );
-    let (seed, public) = ed25519_pair();
-    let whpk = format!("whpk_{}", B64.encode(public));
-    let whsk = format!("whsk_{}", B64.encode(seed));
+    // Public-key providers: the ports parse the public key themselves.
+    let (whpk, private) = key_pair("standard-webhooks", 42);
     accepts_and_refuses_tampering(
         "standard-webhooks v1a",
-        hookgate_signed("standard-webhooks", &whpk, Some(&whsk)),
+        hookgate_signed("standard-webhooks", &whpk, Some(&private)),
         |r| port_standard_webhooks(&whpk, r),
     );
-    let (pk_hex, seed_hex) = (hex::encode(public), hex::encode(seed));
+    let (public_hex, private) = key_pair("discord", 42);
     accepts_and_refuses_tampering(
         "discord",
-        hookgate_signed("discord", &pk_hex, Some(&seed_hex)),
-        |r| port_discord(&pk_hex, r),
+        hookgate_signed("discord", &public_hex, Some(&private)),
+        |r| port_discord(&public_hex, r),
     );
-
-    // SendGrid: a P-256 key pair; the public key as base64 DER SubjectPublicKeyInfo (the fixed
-    // algorithm header, then the uncompressed point).
-    let signing = p256::ecdsa::SigningKey::from_bytes(&[9u8; 32].into()).unwrap();
-    let mut der = hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
-    der.extend_from_slice(signing.verifying_key().to_encoded_point(false).as_bytes());
-    let public_b64 = B64.encode(&der);
-    let seed_b64 = B64.encode([9u8; 32]);
+    let (public_b64, private) = key_pair("sendgrid", 9);
     accepts_and_refuses_tampering(
         "sendgrid",
-        hookgate_signed("sendgrid", &public_b64, Some(&seed_b64)),
+        hookgate_signed("sendgrid", &public_b64, Some(&private)),
         |r| port_sendgrid(&public_b64, r),
     );
 }

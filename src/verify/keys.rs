@@ -160,6 +160,50 @@ pub fn bytes_equal(expected: &[u8], candidate: &[u8]) -> bool {
     expected.len() == candidate.len() && bool::from(expected.ct_eq(candidate))
 }
 
+/// The DER header of every P-256 SubjectPublicKeyInfo with an uncompressed point
+/// (id-ecPublicKey, prime256v1, then a BIT STRING of 66 bytes): what SendGrid shows as its key.
+const P256_SPKI_HEADER: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+impl KeySpec {
+    /// `bytes` written as this spec reads them: its prefix, then its encoding. `None` when
+    /// the spec reads UTF-8 and the bytes are not.
+    pub fn write(&self, bytes: &[u8]) -> Option<String> {
+        let text = match self.encoding {
+            KeyEncoding::Hex => hex::encode(bytes),
+            KeyEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+            KeyEncoding::Utf8 => String::from_utf8(bytes.to_vec()).ok()?,
+        };
+        Some(format!("{}{text}", self.strip_prefix))
+    }
+}
+
+/// A test key pair for a public-key provider from a 32-byte seed (an Ed25519 seed, or a
+/// P-256 scalar): the public key as a source's `secrets` take it, and the private key as its
+/// `signing_key` takes it, both written as the definition's `[public_key]` says. `None` for a
+/// provider without a public-key algorithm, or a seed that is no P-256 scalar.
+pub fn test_key_pair(
+    definition: &super::definition::ProviderDefinition,
+    seed: &[u8; 32],
+) -> Option<(String, String)> {
+    let spec = definition.public_key.as_ref()?;
+    let public = match definition.asymmetric_algorithm()? {
+        Algorithm::Ed25519 => ed25519_dalek::SigningKey::from_bytes(seed)
+            .verifying_key()
+            .to_bytes()
+            .to_vec(),
+        _ => {
+            let key = p256::ecdsa::SigningKey::from_bytes(&(*seed).into()).ok()?;
+            let mut der = P256_SPKI_HEADER.to_vec();
+            der.extend_from_slice(key.verifying_key().to_encoded_point(false).as_bytes());
+            der
+        }
+    };
+    Some((spec.write(&public)?, spec.write(seed)?))
+}
+
 /// A private key `hookgate send` signs with, for a source of an asymmetric provider.
 pub enum SigningKey {
     Ed25519(ed25519_dalek::SigningKey),

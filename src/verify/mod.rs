@@ -21,6 +21,7 @@ pub use definition::{
     ProviderDefinition, SignatureFormat, SignatureSource, SourceOverrides,
 };
 pub use handshake::HandshakeAnswer;
+pub use keys::test_key_pair;
 pub use registry::ProviderRegistry;
 pub use request::{HeaderLookup, RequestHeaders, Unverified, Verified, VerifiedEvent};
 pub use sign::{sample_body, sign_request, SignError, SignedRequest};

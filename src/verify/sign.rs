@@ -318,39 +318,13 @@ id = ["json:/id"]
         def: crate::verify::ProviderDefinition,
         public_key_first: bool,
     ) -> SourceVerifier {
-        use crate::verify::definition::KeyEncoding;
-        let seed = [7u8; 32];
-        let encode = |spec: &crate::verify::definition::KeySpec, bytes: &[u8]| {
-            let text = match spec.encoding {
-                KeyEncoding::Hex => hex::encode(bytes),
-                KeyEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
-                KeyEncoding::Utf8 => String::from_utf8(bytes.to_vec()).unwrap(),
-            };
-            format!("{}{text}", spec.strip_prefix)
-        };
         let needs_url = def.needs_public_url();
-        let verifier = match (def.asymmetric_algorithm(), def.public_key.clone()) {
-            (Some(alg), Some(spec)) if public_key_first || !def.takes_secrets() => {
-                let public = match alg {
-                    Algorithm::Ed25519 => ed25519_dalek::SigningKey::from_bytes(&seed)
-                        .verifying_key()
-                        .to_bytes()
-                        .to_vec(),
-                    // A P-256 SubjectPublicKeyInfo: the fixed algorithm header, then the
-                    // uncompressed point.
-                    _ => {
-                        let key = p256::ecdsa::SigningKey::from_bytes(&seed.into()).unwrap();
-                        let point = key.verifying_key().to_encoded_point(false);
-                        let mut der =
-                            hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200")
-                                .unwrap();
-                        der.extend_from_slice(point.as_bytes());
-                        der
-                    }
-                };
-                SourceVerifier::new(def, &[&encode(&spec, &public)])
+        let pair = crate::verify::test_key_pair(&def, &[7u8; 32]);
+        let verifier = match pair {
+            Some((public, private)) if public_key_first || !def.takes_secrets() => {
+                SourceVerifier::new(def, &[&public])
                     .unwrap()
-                    .with_signing_key(&encode(&spec, &seed))
+                    .with_signing_key(&private)
                     .unwrap()
             }
             _ => {

@@ -5,8 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use base64::Engine as _;
-use hookgate::verify::{Algorithm, KeyEncoding, KeySpec, ProviderDefinition, ProviderRegistry};
+use hookgate::verify::{ProviderDefinition, ProviderRegistry};
 
 use super::{bin, check, spawn_serve};
 
@@ -62,46 +61,14 @@ fn builtin_definitions() -> Vec<ProviderDefinition> {
     defs
 }
 
-/// Bytes written as `spec` says keys are written (hex or base64, after its prefix). The
-/// encoding type is not exported, so it is told apart by its name.
-fn write_key(spec: &KeySpec, bytes: &[u8]) -> String {
-    let text = match spec.encoding {
-        KeyEncoding::Hex => hex::encode(bytes),
-        KeyEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
-        KeyEncoding::Utf8 => panic!("a public key written as UTF-8"),
-    };
-    format!("{}{text}", spec.strip_prefix)
-}
-
-/// The public key of `SEED` for `algorithm`: Ed25519's 32 bytes, or P-256's DER
-/// SubjectPublicKeyInfo (the fixed algorithm header, then the uncompressed point).
-fn public_key(algorithm: Algorithm) -> Vec<u8> {
-    match algorithm {
-        Algorithm::Ed25519 => ed25519_dalek::SigningKey::from_bytes(&SEED)
-            .verifying_key()
-            .to_bytes()
-            .to_vec(),
-        Algorithm::EcdsaP256Sha256 => {
-            let key = p256::ecdsa::SigningKey::from_bytes(&SEED.into()).unwrap();
-            let point = key.verifying_key().to_encoded_point(false);
-            let mut der =
-                hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
-            der.extend_from_slice(point.as_bytes());
-            der
-        }
-        other => panic!("{other:?} is not a public-key algorithm"),
-    }
-}
-
 /// A source for `def` with what it needs: a secret, or for a provider that verifies public
 /// keys only, a public key and its private half as `signing_key`; `public_url` when the URL
 /// is signed and `verify_token` when a handshake checks one.
 fn entry_for(def: &ProviderDefinition, public_key_source: bool) -> SourceEntry {
-    let (secret, signing_key) = match (def.asymmetric_algorithm(), &def.public_key) {
-        (Some(alg), Some(spec)) if public_key_source || !def.takes_secrets() => (
-            write_key(spec, &public_key(alg)),
-            Some(write_key(spec, &SEED)),
-        ),
+    let (secret, signing_key) = match hookgate::verify::test_key_pair(def, &SEED) {
+        Some((public, private)) if public_key_source || !def.takes_secrets() => {
+            (public, Some(private))
+        }
         _ if def.secret.strip_prefix == "whsec_" => {
             ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(), None)
         }

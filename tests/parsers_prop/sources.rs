@@ -35,34 +35,16 @@ pub(crate) fn provider() -> impl Strategy<Value = String> {
 /// A key as the definition's `[public_key]` says it is written.
 pub(crate) fn encode_public(def: &ProviderDefinition, bytes: &[u8]) -> String {
     let spec = def.public_key.as_ref().expect("a public-key definition");
-    encode_key(&spec.encoding, &spec.strip_prefix, bytes).expect("a key in hex or base64")
-}
-
-/// `bytes` written as `spec` says (`KeyEncoding` is not exported, so its name is read from
-/// `Debug`); `None` when UTF-8 is asked for and the bytes are not.
-pub(crate) fn encode_key(
-    encoding: &impl std::fmt::Debug,
-    strip_prefix: &str,
-    bytes: &[u8],
-) -> Option<String> {
-    let text = match format!("{encoding:?}").as_str() {
-        "Hex" => hex::encode(bytes),
-        "Base64" => base64::engine::general_purpose::STANDARD.encode(bytes),
-        "Utf8" => String::from_utf8(bytes.to_vec()).ok()?,
-        other => panic!("keys written as {other}"),
-    };
-    Some(format!("{strip_prefix}{text}"))
+    spec.write(bytes).expect("a key in hex or base64")
 }
 
 /// A key `def` accepts: a public key when it takes only public keys, else a secret.
 pub(crate) fn usable_key(def: &ProviderDefinition) -> Option<String> {
     match (def.asymmetric_algorithm(), &def.public_key) {
-        (Some(alg), Some(spec)) if !def.takes_secrets() => encode_key(
-            &spec.encoding,
-            &spec.strip_prefix,
-            &public_key_bytes(alg, &SEED),
-        ),
-        _ => encode_key(&def.secret.encoding, &def.secret.strip_prefix, b"secret"),
+        (Some(alg), Some(spec)) if !def.takes_secrets() => {
+            spec.write(&public_key_bytes(alg, &SEED))
+        }
+        _ => def.secret.write(b"secret"),
     }
 }
 
@@ -91,10 +73,8 @@ pub(crate) fn public_key_bytes(algorithm: Algorithm, seed: &[u8; 32]) -> Vec<u8>
 /// secrets and public keys (Standard Webhooks), configure the public key.
 pub(crate) fn source(name: &str, public_key: bool) -> SourceVerifier {
     let def = definition(name);
-    let verifier = match def.asymmetric_algorithm() {
-        Some(alg) if public_key || !def.takes_secrets() => {
-            let public = encode_public(&def, &public_key_bytes(alg, &SEED));
-            let private = encode_public(&def, &SEED);
+    let verifier = match hookgate::verify::test_key_pair(&def, &SEED) {
+        Some((public, private)) if public_key || !def.takes_secrets() => {
             SourceVerifier::new(def, &[&public])
                 .expect("a valid public key")
                 .with_signing_key(&private)
