@@ -1,5 +1,6 @@
 //! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
 
+mod routes;
 mod secret;
 mod settings;
 mod validate;
@@ -7,8 +8,8 @@ mod validate;
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, AdminSettings, AdminTokenSettings, DatabaseSettings,
-    DestinationSettings, LogSettings, MetricsSettings, ServerSettings, Settings, SourceSettings,
-    WorkerSettings,
+    DestinationSettings, LogSettings, MetricsSettings, RouteSettings, ServerSettings, Settings,
+    SourceSettings, WorkerSettings,
 };
 pub use validate::{
     AdminConfig, AdminToken, DatabaseConfig, Destination, GatewayConfig, LogFormat, MetricsConfig,

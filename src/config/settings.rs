@@ -331,8 +331,12 @@ pub struct SourceSettings {
     pub secrets: Vec<SecretString>,
     #[serde(default = "default_tenant")]
     pub tenant: String,
+    /// Unfiltered routes: every event goes to each of these destinations.
     #[serde(default)]
     pub destinations: Vec<String>,
+    /// Routes with conditions (`[[sources.routes]]`), after those of `destinations`.
+    #[serde(default)]
+    pub routes: Vec<RouteSettings>,
     pub signature_header: Option<String>,
     pub signature_encoding: Option<String>,
     pub signature_prefix: Option<String>,
@@ -350,6 +354,24 @@ pub struct SourceSettings {
     pub rate_limit_per_second: Option<u32>,
     /// Requests allowed at once above the sustained rate (default: one second's worth).
     pub rate_limit_burst: Option<u32>,
+}
+
+/// One `[[sources.routes]]` table: a destination and the conditions to go there (see
+/// docs/ROUTING.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSettings {
+    pub destination: String,
+    /// Exact names and globs (`invoice.*`); the event's type must match one.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    /// A JSON filter on the body.
+    #[serde(rename = "match")]
+    pub body: Option<serde_json::Value>,
+    /// A JSON filter on the headers, names in any case.
+    pub match_headers: Option<serde_json::Value>,
+    /// The job is due no earlier than this after receipt (`"10m"`).
+    pub delay: Option<String>,
 }
 
 fn default_tenant() -> String {

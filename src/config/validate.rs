@@ -13,6 +13,7 @@ use super::settings::Settings;
 use super::ConfigError;
 use crate::domain::Name;
 use crate::queue::RetryPolicy;
+use crate::routing::RouteTable;
 use crate::verify::{ProviderRegistry, SourceOverrides, SourceVerifier};
 
 #[derive(Debug, Clone)]
@@ -115,7 +116,9 @@ pub struct Source {
     pub tenant: Name,
     pub provider: String,
     pub verifier: SourceVerifier,
+    /// Every destination a route names, each once, in configuration order.
     pub destinations: Vec<Name>,
+    pub routes: RouteTable,
     /// (requests per second, burst), when the source is rate limited.
     pub rate_limit: Option<(u32, u32)>,
 }
@@ -446,18 +449,7 @@ impl GatewayConfig {
                     .with_signing_key(k.expose_secret())
                     .map_err(|p| invalid(key("signing_key"), p))?;
             }
-            let mut dests = Vec::new();
-            for (j, d) in src.destinations.iter().enumerate() {
-                let Some(dest) = destinations.get(d) else {
-                    return Err(invalid(
-                        format!("sources[{i}].destinations[{j}]"),
-                        format!("names unknown destination {d:?}"),
-                    ));
-                };
-                if !dests.contains(&dest.name) {
-                    dests.push(dest.name.clone());
-                }
-            }
+            let routes = super::routes::route_table(i, src, &destinations)?;
             if sources.contains_key(name.as_str()) {
                 return Err(invalid(key("name"), format!("{name} is defined twice")));
             }
@@ -481,7 +473,8 @@ impl GatewayConfig {
                     tenant,
                     provider: src.provider.clone(),
                     verifier,
-                    destinations: dests,
+                    destinations: routes.destinations(),
+                    routes,
                     rate_limit,
                 }),
             );

@@ -27,6 +27,9 @@ pub struct PendingEvent {
     pub body: Bytes,
     pub verified_scheme: String,
     pub verified_secret_index: i32,
+    /// The destinations routing chose, and each job's delay.
+    pub destinations: Vec<Name>,
+    pub delays: Vec<std::time::Duration>,
 }
 
 impl PendingEvent {
@@ -43,8 +46,10 @@ impl PendingEvent {
             body: &self.body,
             verified_scheme: &self.verified_scheme,
             verified_secret_index: self.verified_secret_index,
-            destinations: &self.source.destinations,
+            destinations: &self.destinations,
+            delays: &self.delays,
             claims,
+            route_digest: Some(self.source.routes.digest()),
         }
     }
 
@@ -146,11 +151,15 @@ async fn write_batch(
     let reserved: Vec<Vec<Option<Reservation>>> = batch
         .iter()
         .map(|e| match handoff {
+            // A delayed job is not due: it waits in the queue, not for this process's workers.
             Some(h) => e
-                .source
                 .destinations
                 .iter()
-                .map(|d| h.reserve(d.as_str(), now))
+                .enumerate()
+                .map(|(i, d)| match e.delays.get(i) {
+                    Some(delay) if !delay.is_zero() => None,
+                    _ => h.reserve(d.as_str(), now),
+                })
                 .collect(),
             None => Vec::new(),
         })
@@ -175,7 +184,7 @@ async fn write_batch(
         if !matches!(outcome, Ok(InsertOutcome::Created(id)) if *id == event.id) {
             continue;
         }
-        for (destination, reservation) in event.source.destinations.iter().zip(reservations) {
+        for (destination, reservation) in event.destinations.iter().zip(reservations) {
             if let Some(r) = reservation {
                 r.dispatch(|claim| event.claimed_job(destination, claim));
             }

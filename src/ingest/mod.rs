@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::Source;
 use crate::domain::EventId;
+use crate::routing::EventFacts;
 use crate::store::{InsertOutcome, StoreError};
 use crate::verify::VerifiedEvent;
 
@@ -36,7 +37,8 @@ fn storable_type(event_type: &str) -> String {
     event_type.replace('\0', "\u{FFFD}")
 }
 
-/// Stores the event and queues one job per destination of its source, atomically, sharing
+/// Stores the event and queues one job per destination its source's routes choose (none
+/// when no route matches: the event is stored all the same), atomically, sharing
 /// the transaction with concurrent requests (group commit). Returns only after the commit,
 /// so the caller may answer 2xx.
 #[tracing::instrument(
@@ -63,6 +65,17 @@ pub async fn ingest(
         .collect();
     let headers_json =
         serde_json::to_string(&headers).expect("a list of string pairs always serialises");
+    let routed = source.routes.select(&EventFacts {
+        event_type: event.event_type(),
+        content_type: event.content_type(),
+        headers: &headers,
+        body: event.body(),
+    });
+    let delays = if routed.iter().all(|r| r.delay.is_zero()) {
+        Vec::new()
+    } else {
+        routed.iter().map(|r| r.delay).collect()
+    };
     let pending = PendingEvent {
         id: EventId::generate(),
         source: source.clone(),
@@ -74,6 +87,8 @@ pub async fn ingest(
         body: event.body().clone(),
         verified_scheme: event.scheme().to_owned(),
         verified_secret_index: i32::try_from(event.secret_index()).unwrap_or(i32::MAX),
+        destinations: routed.into_iter().map(|r| r.destination).collect(),
+        delays,
     };
     let outcome = match batcher.submit(pending).await? {
         InsertOutcome::Created(id) => IngestOutcome::Accepted(id),

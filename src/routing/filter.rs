@@ -105,9 +105,17 @@ impl Filter {
     /// sent once is a string; a header sent more than once is an array of its values in order,
     /// so a plain value matches any of them.
     pub fn matches_headers(&self, headers: &[(String, String)]) -> bool {
+        self.matches_header_pairs(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    }
+
+    /// [`Filter::matches_headers`] over borrowed pairs, as a request holds them.
+    pub fn matches_header_pairs<'a>(
+        &self,
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> bool {
         let mut map = Map::new();
         for (name, value) in headers {
-            let value = Value::String(value.clone());
+            let value = Value::String(value.to_owned());
             match map.entry(name.to_ascii_lowercase()) {
                 Entry::Vacant(slot) => {
                     slot.insert(value);

@@ -7,6 +7,7 @@ mod compile;
 mod eval;
 mod filter;
 mod glob;
+mod route;
 
 #[cfg(test)]
 mod doc_examples;
@@ -15,3 +16,4 @@ mod tests;
 
 pub use filter::{Filter, FilterError, MAX_FILTER_DEPTH, MAX_FILTER_NODES};
 pub use glob::EventTypePattern;
+pub use route::{EventFacts, Route, RouteTable, Routed, MAX_ROUTE_DELAY};

@@ -1,154 +1,136 @@
-//! The reconciler's repair of events that have no job for a destination their source routes
-//! to, one bounded step at a time. The two databases do it differently: PostgreSQL in one
-//! statement, SQLite by reading without the write lock and writing only what is missing.
+//! The reconciler's repair of events routed by another configuration (a change of routes
+//! rolling over several processes), one bounded step at a time. Every event records the
+//! digest of the routes that chose its jobs, in the transaction that stores it with them; an
+//! event whose digest is not the current one is routed again and gets the jobs it lacks.
+//! Deciding which jobs is routing's business, so a step is a read ([`Store::reroute_scan`])
+//! and a write ([`Store::create_missing_jobs`]), with the routing between them.
 
 use chrono::{DateTime, Utc};
 
 use super::codec::{At, Id};
-use super::postgres::PgStore;
-use super::sqlite::SqliteStore;
-use super::{ArrivalCursor, MissingJobsStep, Store, StoreError};
-use crate::domain::JobId;
+use super::rows::{EventRow, EVENT_COLUMNS};
+use super::{ArrivalCursor, Store, StoreError, StoredEvent};
+use crate::domain::{EventId, JobId};
 
-/// Reads the next `$6` events of a source after the cursor (`events_source_received_idx`
-/// gives arrival order; ties on `received_at` are put in order by id, a sort of one
-/// timestamp's rows at a time), creates the missing jobs among them, and returns how many it
-/// created, how many it read and the last one read.
-const PG_STEP: &str = "\
-    WITH scanned AS ( \
-        SELECT e.id, e.received_at, e.purged_at FROM events e \
-        WHERE e.source = $1 AND e.received_at >= $3 AND (e.received_at, e.id) > ($3, $4) \
-        ORDER BY e.received_at, e.id LIMIT $6 \
-    ), created AS ( \
-        INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-            created_at, updated_at) \
-        SELECT gen_random_uuid(), s.id, $2, 'pending', 0, $5, $5, $5 FROM scanned s \
-        WHERE s.purged_at IS NULL AND NOT EXISTS ( \
-            SELECT 1 FROM jobs j WHERE j.event_id = s.id AND j.destination = $2) \
-        RETURNING 1 \
-    ) \
-    SELECT (SELECT count(*) FROM created) AS created, \
-        (SELECT count(*) FROM scanned) AS scanned, last.id, last.received_at \
-    FROM (SELECT 1) one LEFT JOIN LATERAL ( \
-        SELECT id, received_at FROM scanned ORDER BY received_at DESC, id DESC LIMIT 1 \
-    ) last ON true";
+/// The next `$4` events of source `$1` after the cursor (`$2`, `$3`), in arrival order
+/// (`events_source_received_idx`; ties on `received_at` in order by id), each with whether
+/// another configuration routed it: its digest is not `$5`. A purged event is never routed
+/// again: it has no body left to deliver.
+const SCAN: &str = "\
+    SELECT id, received_at, purged_at IS NULL AND (route_digest IS NULL OR route_digest <> $5) \
+    FROM events WHERE source = $1 AND received_at >= $2 AND (received_at, id) > ($2, $3) \
+    ORDER BY received_at, id LIMIT $4";
 
-/// The next `$5` events of a source after the cursor, each with whether it lacks its job
-/// for the destination `$2` (a purged event never gets one).
-const SQLITE_SCAN: &str = "\
-    SELECT e.id, e.received_at, e.purged_at IS NULL AND NOT EXISTS ( \
-        SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $2) AS missing \
-    FROM events e WHERE e.source = $1 AND e.received_at >= $3 \
-    AND (e.received_at, e.id) > ($3, $4) ORDER BY e.received_at, e.id LIMIT $5";
-
-/// Creates the job `$1` for the event `$2` and destination `$3`, due at `$4`, unless the
-/// event has it already or was purged.
-const SQLITE_CREATE: &str = "\
+/// Creates job `$1` for event `$2` and destination `$3`, due at `$5`, unless the event has a
+/// job for that destination already or was purged meanwhile.
+const CREATE: &str = "\
     INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
         created_at, updated_at) \
-    SELECT $1, e.id, $3, 'pending', 0, $4, $4, $4 FROM events e \
+    SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4 FROM events e \
     WHERE e.id = $2 AND e.purged_at IS NULL AND NOT EXISTS ( \
         SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $3)";
 
+/// One step of the scan: the events read that another configuration routed, and where to go
+/// on from.
+#[derive(Debug)]
+pub struct RerouteScan {
+    pub stale: Vec<StoredEvent>,
+    /// `None` when the step read the last event there was.
+    pub next: Option<ArrivalCursor>,
+}
+
+/// A job the repair creates if its event lacks one for the destination.
+#[derive(Debug, Clone)]
+pub struct MissingJob {
+    pub event: EventId,
+    pub destination: String,
+    pub due: DateTime<Utc>,
+}
+
 impl Store {
-    /// Reads the next `limit` events of `source` after `after`, in arrival order, and creates
-    /// the job for `destination` of each that has none. A sweep is a series of these steps,
-    /// so no statement reads more than `limit` events: on PostgreSQL a long one would hold
-    /// one snapshot for the whole scan, and no dead row anywhere (the queue's among them)
-    /// could be removed until it ended; on SQLite it would hold off the ingest writer.
-    pub async fn create_missing_jobs(
+    /// Reads the next `limit` events of `source` after `after`, in arrival order, and returns
+    /// those whose route digest is not `digest`, whole. No statement reads more than `limit`
+    /// events: on PostgreSQL a long one would hold one snapshot for the whole scan, and no
+    /// dead row anywhere (the queue's among them) could be removed until it ended. Bodies
+    /// are read only for the stale events, which outside a change of routes are none.
+    pub async fn reroute_scan(
         &self,
         source: &str,
-        destination: &str,
+        digest: i64,
         after: ArrivalCursor,
-        now: DateTime<Utc>,
         limit: i64,
-    ) -> Result<MissingJobsStep, StoreError> {
-        let step = Step {
-            source,
-            destination,
-            after,
-            now,
-            limit,
-        };
-        match self {
-            Self::Postgres(s) => step.postgres(s).await,
-            Self::Sqlite(s) => step.sqlite(s).await,
-        }
-    }
-}
-
-struct Step<'a> {
-    source: &'a str,
-    destination: &'a str,
-    after: ArrivalCursor,
-    now: DateTime<Utc>,
-    limit: i64,
-}
-
-impl Step<'_> {
-    async fn postgres(&self, s: &PgStore) -> Result<MissingJobsStep, StoreError> {
-        let (created, scanned, last_id, last_at): (i64, i64, Option<Id>, Option<At>) =
-            sqlx::query_as(PG_STEP)
-                .bind(self.source)
-                .bind(self.destination)
-                .bind(At(self.after.received_at))
-                .bind(Id::from(self.after.event))
-                .bind(At(self.now))
-                .bind(self.limit)
-                .fetch_one(&s.pool)
-                .await?;
-        let last = last_id.zip(last_at).map(|(id, at)| ArrivalCursor {
-            received_at: at.0,
-            event: id.into(),
-        });
-        Ok(MissingJobsStep::after_reading(
-            created as u64,
-            scanned,
-            self.limit,
-            last,
-        ))
-    }
-
-    /// The events are read without the write lock (a WAL reader does not hold off the ingest
-    /// writer), and the lock is taken only when some job is missing, which outside a change
-    /// of routing is never. Under the lock each insert checks again, so two sweeping
-    /// processes cannot both create the same job, and a purged event gets none.
-    async fn sqlite(&self, s: &SqliteStore) -> Result<MissingJobsStep, StoreError> {
-        let rows: Vec<(Id, At, bool)> = sqlx::query_as(SQLITE_SCAN)
-            .bind(self.source)
-            .bind(self.destination)
-            .bind(At(self.after.received_at))
-            .bind(Id::from(self.after.event))
-            .bind(self.limit)
+    ) -> Result<RerouteScan, StoreError> {
+        let rows: Vec<(Id, At, bool)> = dispatch!(self, s => sqlx::query_as(SCAN)
+            .bind(source)
+            .bind(At(after.received_at))
+            .bind(Id::from(after.event))
+            .bind(limit)
+            .bind(digest)
             .fetch_all(&s.pool)
-            .await?;
+            .await?);
         let last = rows.last().map(|&(id, at, _)| ArrivalCursor {
             received_at: at.0,
             event: id.into(),
         });
-        let missing: Vec<Id> = rows.iter().filter(|r| r.2).map(|r| r.0).collect();
-        let mut created = 0;
-        if !missing.is_empty() {
-            let (mut conn, _turn) = s.write_connection().await?;
-            let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
-            for event_id in missing {
-                created += sqlx::query(SQLITE_CREATE)
+        let mut stale = Vec::new();
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
+        for &(id, _, _) in rows.iter().filter(|r| r.2) {
+            let row: Option<EventRow> = dispatch!(self, s => sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_optional(&s.pool)
+                .await?);
+            if let Some(row) = row {
+                stale.push(StoredEvent::try_from(row)?);
+            }
+        }
+        Ok(RerouteScan {
+            stale,
+            next: last.filter(|_| rows.len() as i64 >= limit),
+        })
+    }
+
+    /// Creates each job whose event has none for its destination, and records `digest` as
+    /// the routes of the `rerouted` events, in one transaction; returns how many jobs it
+    /// created. Recording the digest makes the repair of an event happen once: after a change
+    /// of routes, the first sweep of each process would otherwise read the bodies of a whole
+    /// `worker.reconcile_lookback` of events again. Under the write lock (SQLite) or the
+    /// reconciler's lock (PostgreSQL) each insert checks again, so a job is created once,
+    /// and a purged event gets none.
+    pub async fn create_missing_jobs(
+        &self,
+        rerouted: &[EventId],
+        digest: i64,
+        jobs: &[MissingJob],
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        if rerouted.is_empty() {
+            return Ok(0);
+        }
+        let created = in_write_tx!(self, tx => {
+            let mut created = 0;
+            for job in jobs {
+                created += sqlx::query(CREATE)
                     .bind(Id::from(JobId::generate()))
-                    .bind(event_id)
-                    .bind(self.destination)
-                    .bind(At(self.now))
+                    .bind(Id::from(job.event))
+                    .bind(job.destination.as_str())
+                    .bind(At(now))
+                    .bind(At(job.due.max(now)))
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
             }
-            tx.commit().await?;
+            for &event in rerouted {
+                sqlx::query("UPDATE events SET route_digest = $1 WHERE id = $2")
+                    .bind(digest)
+                    .bind(Id::from(event))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            created
+        });
+        if created > 0 {
+            self.wake_workers();
         }
-        Ok(MissingJobsStep::after_reading(
-            created,
-            rows.len() as i64,
-            self.limit,
-            last,
-        ))
+        Ok(created)
     }
 }

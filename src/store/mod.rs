@@ -80,14 +80,14 @@ pub use admin_types::{
     NewJob, PageCursor, ProgressKey, SavedResponse,
 };
 pub use group_commit::{GroupCommit, Pacing};
+pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;
 pub use queue::JobWaker;
 pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
-    JobOutcome, JobUpdate, MissingJobsStep, NewEvent, PreClaim, StoredAttempt, StoredEvent,
-    StoredJob,
+    JobOutcome, JobUpdate, NewEvent, PreClaim, StoredAttempt, StoredEvent, StoredJob,
 };
 
 /// How often SQLite's WAL is checkpointed. Small and often: each round ends with a sync of

@@ -21,10 +21,17 @@ pub struct NewEvent<'a> {
     pub body: &'a [u8],
     pub verified_scheme: &'a str,
     pub verified_secret_index: i32,
+    /// The destinations routing chose: one job each.
     pub destinations: &'a [Name],
+    /// Either empty (no job is delayed), or one entry per destination: how long after
+    /// `received_at` its job is due.
+    pub delays: &'a [std::time::Duration],
     /// Either empty, or one entry per destination: the jobs this process's own workers take
     /// as they are created (see `queue::Handoff`).
     pub claims: &'a [Option<PreClaim>],
+    /// The digest of the source's routes that chose `destinations` (`RouteTable::digest`);
+    /// none for an event stored without routing.
+    pub route_digest: Option<i64>,
 }
 
 /// A job claimed in the transaction that creates it: stored `in_progress` under this token
@@ -39,11 +46,21 @@ pub struct PreClaim {
 }
 
 impl NewEvent<'_> {
-    /// Each job's id and pre-claim, one per destination.
-    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &Name, Option<&PreClaim>)> + '_ {
+    /// Each job's id, destination, due time and pre-claim, one per destination.
+    pub fn jobs(
+        &self,
+    ) -> impl Iterator<Item = (JobId, &Name, DateTime<Utc>, Option<&PreClaim>)> + '_ {
         self.destinations.iter().enumerate().map(|(i, d)| {
             let claim = self.claims.get(i).and_then(Option::as_ref);
-            (claim.map_or_else(JobId::generate, |c| c.job_id), d, claim)
+            let due = match self.delays.get(i) {
+                Some(delay) if !delay.is_zero() => chrono::Duration::from_std(*delay)
+                    .ok()
+                    .and_then(|delay| self.received_at.checked_add_signed(delay))
+                    .unwrap_or(self.received_at),
+                _ => self.received_at,
+            };
+            let id = claim.map_or_else(JobId::generate, |c| c.job_id);
+            (id, d, due, claim)
         })
     }
 }
@@ -206,26 +223,6 @@ impl ArrivalCursor {
         Self {
             received_at: at,
             event: EventId::from_uuid(Uuid::nil()),
-        }
-    }
-}
-
-/// One bounded step of the missing-jobs sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MissingJobsStep {
-    /// Jobs created in this step.
-    pub created: u64,
-    /// Where to go on from, or `None` when the step read the last event there was.
-    pub next: Option<ArrivalCursor>,
-}
-
-impl MissingJobsStep {
-    /// A step that read `read` events of the `limit` it asked for, the last of them `last`:
-    /// fewer than asked means none are left.
-    pub fn after_reading(created: u64, read: i64, limit: i64, last: Option<ArrivalCursor>) -> Self {
-        Self {
-            created,
-            next: last.filter(|_| read >= limit),
         }
     }
 }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::crash::{CrashPoint, CrashPoints};
 use crate::config::GatewayConfig;
 use crate::queue::JobQueue;
-use crate::store::{ArrivalCursor, Store, StoreError};
+use crate::store::{ArrivalCursor, MissingJob, Store, StoreError};
 use crate::telemetry::Metrics;
 
 const BATCH: i64 = 500;
@@ -165,10 +165,11 @@ impl Reconciler {
         Ok(report)
     }
 
-    /// Creates the jobs events lack. The first sweep of a process reads back
+    /// Routes again the events another configuration routed, and creates the jobs they
+    /// lack (see `Store::reroute_scan`). The first sweep of a process reads back
     /// `worker.reconcile_lookback`; later ones run at most every `MISSING_JOBS_INTERVAL` and
     /// read back to the previous one less `LATE_COMMIT_MARGIN`. Events lack jobs only when
-    /// routing changed (another process ingested with an older configuration), so reading
+    /// routes changed (another process ingested with an older configuration), so reading
     /// ten minutes of events at every sweep (each `worker.reconcile_interval`, 30 s by
     /// default) read 21 times what had arrived since the previous one, to find nothing.
     async fn sweep_missing_jobs(
@@ -186,22 +187,30 @@ impl Reconciler {
             None => lookback_start,
         };
         for source in self.config.sources.values() {
-            for destination in &source.destinations {
-                let mut after = Some(ArrivalCursor::starting_at(since));
-                while let Some(cursor) = after {
-                    let step = self
-                        .store
-                        .create_missing_jobs(
-                            source.name.as_str(),
-                            destination.as_str(),
-                            cursor,
-                            now,
-                            self.scan_step,
-                        )
-                        .await?;
-                    report.missing_jobs += step.created;
-                    after = step.next;
+            let digest = source.routes.digest();
+            let mut after = Some(ArrivalCursor::starting_at(since));
+            while let Some(cursor) = after {
+                let scan = self
+                    .store
+                    .reroute_scan(source.name.as_str(), digest, cursor, self.scan_step)
+                    .await?;
+                let mut jobs = Vec::new();
+                for event in &scan.stale {
+                    for routed in source.routes.select_stored(event) {
+                        let delay = chrono::Duration::from_std(routed.delay).unwrap_or_default();
+                        jobs.push(MissingJob {
+                            event: event.id,
+                            destination: routed.destination.to_string(),
+                            due: event.received_at + delay,
+                        });
+                    }
                 }
+                let rerouted: Vec<_> = scan.stale.iter().map(|e| e.id).collect();
+                report.missing_jobs += self
+                    .store
+                    .create_missing_jobs(&rerouted, digest, &jobs, now)
+                    .await?;
+                after = scan.next;
             }
         }
         *self.missing_jobs_swept_at.lock().expect("sweep mark") = Some(now);

@@ -131,32 +131,33 @@ async fn a_step_of_the_sweep_reads_at_most_its_limit_and_says_where_to_go_on(bac
     let sink = Sink::start().await;
     let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
     let at = whole_millis(Utc::now() - Duration::seconds(10));
+    let mut orphans = Vec::new();
     for i in 0..3 {
-        insert_orphan(&app, &format!("evt_step_{i}"), at + Duration::seconds(i)).await;
+        orphans
+            .push(insert_orphan(&app, &format!("evt_step_{i}"), at + Duration::seconds(i)).await);
     }
-    let now = Utc::now();
-    let step = |after| {
-        app.store
-            .create_missing_jobs("stripe", "billing", after, now, 2)
-    };
+    let digest = app.config.sources["stripe"].routes.digest();
+    let step = |after| app.store.reroute_scan("stripe", digest, after, 2);
 
     let first = step(ArrivalCursor::starting_at(at)).await.unwrap();
-    assert_eq!(first.created, 2);
+    let read: Vec<EventId> = first.stale.iter().map(|e| e.id).collect();
+    assert_eq!(read, orphans[..2]);
     let cursor = first.next.expect("more events after the first two");
     assert_eq!(cursor.received_at, at + Duration::seconds(1));
     let second = step(cursor).await.unwrap();
+    let read: Vec<EventId> = second.stale.iter().map(|e| e.id).collect();
     assert_eq!(
-        (second.created, second.next),
-        (1, None),
+        (read.as_slice(), second.next),
+        (&orphans[2..], None),
         "the last event, then the end"
     );
-    let past_the_end = step(ArrivalCursor::starting_at(now)).await.unwrap();
-    assert_eq!((past_the_end.created, past_the_end.next), (0, None));
+    let past_the_end = step(ArrivalCursor::starting_at(Utc::now())).await.unwrap();
+    assert!(past_the_end.stale.is_empty() && past_the_end.next.is_none());
 }
 
-/// SQLite: a step that finds nothing missing reads without the write lock, so it neither
-/// waits for the ingest writer nor holds it off. Here another connection holds the write lock
-/// past the busy timeout throughout.
+/// SQLite: once the events carry the current digest, a step reads no body and writes
+/// nothing, so it takes no write lock: it neither waits for the ingest writer nor holds it
+/// off. Here another connection holds the write lock past the busy timeout throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_step_with_nothing_missing_does_not_take_the_write_lock() {
     let sink = Sink::start().await;
@@ -175,21 +176,19 @@ async fn sqlite_a_step_with_nothing_missing_does_not_take_the_write_lock() {
         .execute(&mut locker)
         .await
         .unwrap();
-    let step = app
+    let digest = app.config.sources["stripe"].routes.digest();
+    let start = ArrivalCursor::starting_at(at);
+    let step = app.store.reroute_scan("stripe", digest, start, 10).await;
+    let created = app
         .store
-        .create_missing_jobs(
-            "stripe",
-            "billing",
-            ArrivalCursor::starting_at(at),
-            Utc::now(),
-            10,
-        )
+        .create_missing_jobs(&[], digest, &[], Utc::now())
         .await;
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut locker)
         .await
         .unwrap();
     let step = step.expect("read while another connection holds the write lock");
-    assert_eq!((step.created, step.next), (0, None));
+    assert!(step.stale.is_empty() && step.next.is_none());
+    assert_eq!(created.unwrap(), 0);
     assert_eq!(jobs_of(&app.store, event).await, ["audit", "billing"]);
 }

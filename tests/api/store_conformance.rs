@@ -9,8 +9,8 @@ use hookgate::domain::{EventId, JobId, Name, ProviderEventId};
 use hookgate::queue::{JobQueue, JobStatus};
 use hookgate::store::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, BulkProgress, DeadLetterFilter, EventFilter,
-    IdempotencyBegin, InsertOutcome, JobOutcome, JobUpdate, NewEvent, NewJob, ProgressKey,
-    SavedResponse, Store,
+    IdempotencyBegin, InsertOutcome, JobOutcome, JobUpdate, MissingJob, NewEvent, NewJob,
+    ProgressKey, SavedResponse, Store,
 };
 use uuid::Uuid;
 
@@ -552,20 +552,39 @@ async fn retention_and_missing_jobs(backend: Backend) {
     let b = store_event(store, "evt_r2", &[], old + chrono::Duration::seconds(1)).await;
     let c = store_event(store, "evt_r3", &["billing"], now).await;
 
-    // The repair creates the missing billing jobs, a step of `limit` events at a time.
+    // The repair reads `limit` events a step, whole only when another configuration routed
+    // them (their digest is not the current one: none, here), creates what they lack and
+    // records the current digest, so the next scan passes over them.
+    let digest = 7;
     let start = ArrivalCursor::starting_at(old - chrono::Duration::seconds(1));
     let step = store
-        .create_missing_jobs("stripe", "billing", start, now, 2)
+        .reroute_scan("stripe", digest, start, 2)
         .await
         .unwrap();
-    assert_eq!(step.created, 2);
+    let stale: Vec<_> = step.stale.iter().map(|e| e.id).collect();
+    assert_eq!(stale, [a, b]);
+    assert_eq!(step.stale[0].body, b"{}", "a stale event is read whole");
     let next = step.next.expect("more to read");
     assert_eq!(next.event, b);
-    let step = store
-        .create_missing_jobs("stripe", "billing", next, now, 2)
+    let jobs: Vec<MissingJob> = [a, b, c]
+        .into_iter()
+        .map(|event| MissingJob {
+            event,
+            destination: "billing".into(),
+            due: now,
+        })
+        .collect();
+    let created = store.create_missing_jobs(&stale, digest, &jobs, now).await;
+    assert_eq!(created.unwrap(), 2, "evt_r3 had its job");
+    let again = store.create_missing_jobs(&stale, digest, &jobs, now).await;
+    assert_eq!(again.unwrap(), 0, "a job is created once");
+    let rescan = store
+        .reroute_scan("stripe", digest, start, 10)
         .await
         .unwrap();
-    assert_eq!((step.created, step.next), (0, None), "evt_r3 had its job");
+    let stale: Vec<_> = rescan.stale.iter().map(|e| e.id).collect();
+    assert_eq!(stale, [c], "a and b now carry the current digest");
+    assert_eq!(rescan.next, None);
     assert_eq!(store.jobs_for_event(a).await.unwrap().len(), 1);
 
     // Pending jobs keep their events; settled ones go.

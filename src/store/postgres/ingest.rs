@@ -21,11 +21,12 @@ macro_rules! insert_batch_sql {
             "\
     WITH created AS ( \
         INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
-            content_type, headers, body, verified_scheme, verified_secret_index) \
-        SELECT id, tenant, source, pid, etype, rat, ctype, h::jsonb, body, scheme, idx \
+            content_type, headers, body, verified_scheme, verified_secret_index, route_digest) \
+        SELECT id, tenant, source, pid, etype, rat, ctype, h::jsonb, body, scheme, idx, rd \
         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], \
-            $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::text[], $11::int4[]) \
-            AS t(id, tenant, source, pid, etype, rat, ctype, h, body, scheme, idx) \
+            $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::text[], $11::int4[], \
+            $18::int8[]) \
+            AS t(id, tenant, source, pid, etype, rat, ctype, h, body, scheme, idx, rd) \
         ",
             $on_conflict,
             " RETURNING id \
@@ -34,9 +35,10 @@ macro_rules! insert_batch_sql {
             locked_until, claim_token, created_at, updated_at) \
         SELECT j.id, j.event_id, j.destination, \
             CASE WHEN j.token IS NULL THEN 'pending' ELSE 'in_progress' END, \
-            CASE WHEN j.token IS NULL THEN 0 ELSE 1 END, j.t, j.lease, j.token, j.t, j.t \
+            CASE WHEN j.token IS NULL THEN 0 ELSE 1 END, j.due, j.lease, j.token, j.t, j.t \
         FROM UNNEST($12::uuid[], $13::uuid[], $14::text[], $15::timestamptz[], \
-            $16::uuid[], $17::timestamptz[]) AS j(id, event_id, destination, t, token, lease) \
+            $16::uuid[], $17::timestamptz[], $19::timestamptz[]) \
+            AS j(id, event_id, destination, t, token, lease, due) \
         WHERE j.event_id IN (SELECT id FROM created) \
         RETURNING claim_token IS NULL AS queued \
     ) \
@@ -188,6 +190,8 @@ struct BatchArrays<'a> {
     job_times: Vec<chrono::DateTime<chrono::Utc>>,
     job_tokens: Vec<Option<Uuid>>,
     job_leases: Vec<Option<chrono::DateTime<chrono::Utc>>>,
+    job_due: Vec<chrono::DateTime<chrono::Utc>>,
+    route_digests: Vec<Option<i64>>,
 }
 
 impl<'a> BatchArrays<'a> {
@@ -205,13 +209,15 @@ impl<'a> BatchArrays<'a> {
             a.bodies.push(e.body);
             a.schemes.push(e.verified_scheme);
             a.secret_indexes.push(e.verified_secret_index);
-            for (job, destination, claim) in e.jobs() {
+            a.route_digests.push(e.route_digest);
+            for (job, destination, due, claim) in e.jobs() {
                 a.job_ids.push(job.as_uuid());
                 a.job_events.push(e.id.as_uuid());
                 a.job_destinations.push(destination.as_str());
                 a.job_times.push(e.received_at);
                 a.job_tokens.push(claim.map(|c| c.token));
                 a.job_leases.push(claim.map(|c| c.locked_until));
+                a.job_due.push(due);
             }
         }
         a
@@ -250,6 +256,8 @@ async fn insert_batch(
         .bind(&a.job_times)
         .bind(&a.job_tokens)
         .bind(&a.job_leases)
+        .bind(&a.route_digests)
+        .bind(&a.job_due)
         .fetch_all(conn)
         .await?;
     Ok(Created {

@@ -17,8 +17,8 @@ use crate::store::{InsertOutcome, NewEvent, StoreError};
 /// Rows per statement are powers of two up to this, so a connection's statement cache holds
 /// a handful of shapes instead of one per batch size.
 const MAX_ROWS: usize = 64;
-const EVENT_PARAMS: usize = 11;
-const JOB_PARAMS: usize = 6;
+const EVENT_PARAMS: usize = 12;
+const JOB_PARAMS: usize = 7;
 // SQLite's default limit on a statement's parameters.
 const _: () = assert!(EVENT_PARAMS * MAX_ROWS < 32_766 && JOB_PARAMS * MAX_ROWS < 32_766);
 
@@ -45,9 +45,9 @@ fn events_statement(rows: usize) -> &'static str {
         rows,
         &CACHE,
         "INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
-         content_type, headers, body, verified_scheme, verified_secret_index) VALUES {values} \
-         ON CONFLICT (source, provider_event_id) DO NOTHING",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         content_type, headers, body, verified_scheme, verified_secret_index, route_digest) \
+         VALUES {values} ON CONFLICT (source, provider_event_id) DO NOTHING",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
 }
 
@@ -59,9 +59,9 @@ fn jobs_statement(rows: usize) -> &'static str {
         "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
          locked_until, claim_token, created_at, updated_at) SELECT column1, column2, column3, \
          CASE WHEN column5 IS NULL THEN 'pending' ELSE 'in_progress' END, \
-         CASE WHEN column5 IS NULL THEN 0 ELSE 1 END, column4, column6, column5, column4, \
+         CASE WHEN column5 IS NULL THEN 0 ELSE 1 END, column7, column6, column5, column4, \
          column4 FROM (VALUES {values})",
-        "(?, ?, ?, ?, ?, ?)",
+        "(?, ?, ?, ?, ?, ?, ?)",
     )
 }
 
@@ -106,7 +106,8 @@ pub(super) async fn insert_batch(
                 .bind(e.headers_json.as_str())
                 .bind(e.body)
                 .bind(e.verified_scheme)
-                .bind(e.verified_secret_index);
+                .bind(e.verified_secret_index)
+                .bind(e.route_digest);
         }
         let inserted = query.execute(&mut **tx).await?.rows_affected();
         if inserted == size as u64 {
@@ -127,12 +128,13 @@ pub(super) async fn insert_batch(
     let mut jobs = Vec::new();
     for (e, id) in events.iter().zip(&ids) {
         if created.contains(id) {
-            for (job, destination, claim) in e.jobs() {
+            for (job, destination, due, claim) in e.jobs() {
                 jobs.push(JobRow {
                     id: job.to_string(),
                     event_id: id.as_str(),
                     destination: destination.as_str(),
                     at: millis(e.received_at),
+                    due: millis(due),
                     token: claim.map(|c| c.token.to_string()),
                     locked_until: claim.map(|c| millis(c.locked_until)),
                 });
@@ -149,7 +151,8 @@ pub(super) async fn insert_batch(
                 .bind(job.destination)
                 .bind(job.at)
                 .bind(job.token.as_deref())
-                .bind(job.locked_until);
+                .bind(job.locked_until)
+                .bind(job.due);
         }
         query.execute(&mut **tx).await?;
         start += size;
@@ -184,6 +187,7 @@ struct JobRow<'a> {
     event_id: &'a str,
     destination: &'a str,
     at: i64,
+    due: i64,
     token: Option<String>,
     locked_until: Option<i64>,
 }

@@ -335,6 +335,8 @@ async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_loc
             verified_scheme: "stripe",
             verified_secret_index: 0,
             destinations: &[],
+            delays: &[],
+            route_digest: None,
             claims: &[],
         };
         writer.insert_events(&[event]).await

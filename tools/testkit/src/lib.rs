@@ -440,6 +440,8 @@ pub fn new_event<'a>(
         verified_scheme: "stripe",
         verified_secret_index: 0,
         destinations: &[],
+        delays: &[],
+        route_digest: None,
         claims: &[],
     }
 }
