@@ -14,10 +14,14 @@ use super::views::{
     BulkReplayRequest, DryRunReply, EventDetail, EventPage, EventSummaryView, EventsQuery, JobView,
     JobsReply, ReplayRequest, ReplayedReply,
 };
+use crate::config::Source;
 use crate::domain::{EventId, JobId};
 use crate::http::AppState;
 use crate::queue::JobStatus;
-use crate::store::{EventFilter, NewJob, PageCursor, StoredEvent, StoredJob};
+use crate::routing::Route;
+use crate::store::{
+    EventFilter, EventStatus, NewJob, PageCursor, ReplayRouting, StoredEvent, StoredJob,
+};
 
 /// The header carrying a raw body's original Content-Type.
 pub const ORIGINAL_CONTENT_TYPE: &str = "Hookgate-Original-Content-Type";
@@ -25,11 +29,11 @@ pub const ORIGINAL_CONTENT_TYPE: &str = "Hookgate-Original-Content-Type";
 /// Events replayed per committed batch: small enough that ingestion never waits long.
 const REPLAY_BATCH: i64 = 200;
 
-fn parse_status(s: Option<&str>) -> Result<Option<JobStatus>, AdminError> {
+fn parse_status(s: Option<&str>) -> Result<Option<EventStatus>, AdminError> {
     s.map(|s| {
-        JobStatus::parse(s).ok_or_else(|| {
+        EventStatus::parse(s).ok_or_else(|| {
             AdminError::BadRequest(format!(
-                "status {s:?} is not one of pending, in_progress, succeeded, failed"
+                "status {s:?} is not one of pending, in_progress, succeeded, failed, no_route"
             ))
         })
     })
@@ -141,21 +145,31 @@ pub async fn raw_event(
 }
 
 /// The destinations a replay of `event` goes to: those requested, which must all be routed
-/// from its source, or by default every destination of its source. Each at most once, in
-/// the source's order, however often the request names it: one job per destination.
+/// from its source, or by default those its source's routes choose for it today (a replay is
+/// due at once, whatever a route's delay). Each at most once, in the source's order, however
+/// often the request names it: one job per destination.
 pub(crate) fn replay_destinations(
     state: &AppState,
     event: &StoredEvent,
     requested: Option<Vec<String>>,
 ) -> Result<Vec<String>, AdminError> {
-    let routed: Vec<String> = state
-        .config
-        .sources
-        .get(&event.source)
+    let source = state.config.sources.get(&event.source);
+    let routed: Vec<String> = source
         .map(|s| s.destinations.iter().map(|d| d.to_string()).collect())
         .unwrap_or_default();
-    let destinations = match requested {
-        None => routed,
+    if routed.is_empty() {
+        return Err(AdminError::Unprocessable(format!(
+            "source {} has no destinations to replay to",
+            event.source
+        )));
+    }
+    let destinations: Vec<String> = match requested {
+        None => source
+            .map(|s| s.routes.select_stored(event))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.destination.to_string())
+            .collect(),
         Some(list) => {
             if let Some(bad) = list.iter().find(|d| !routed.contains(d)) {
                 return Err(AdminError::Unprocessable(format!(
@@ -168,11 +182,36 @@ pub(crate) fn replay_destinations(
     };
     if destinations.is_empty() {
         return Err(AdminError::Unprocessable(format!(
-            "source {} has no destinations to replay to",
+            "no route of source {} matches this event today: name the destinations to replay it to",
             event.source
         )));
     }
     Ok(destinations)
+}
+
+/// A bulk replay's routing: each event goes where its source's routes send it today.
+struct TenantRoutes<'a> {
+    sources: BTreeMap<&'a str, &'a Source>,
+}
+
+impl ReplayRouting for TenantRoutes<'_> {
+    fn fixed(&self, source: &str) -> Option<Vec<String>> {
+        match self.sources.get(source) {
+            None => Some(Vec::new()),
+            Some(s) if s.routes.routes().iter().any(Route::is_conditional) => None,
+            Some(s) => Some(s.destinations.iter().map(|d| d.to_string()).collect()),
+        }
+    }
+
+    fn route(&self, event: &StoredEvent) -> Vec<String> {
+        self.sources
+            .get(event.source.as_str())
+            .map(|s| s.routes.select_stored(event))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.destination.to_string())
+            .collect()
+    }
 }
 
 /// A job as `create_jobs` will write it, so the response can be saved in that transaction.
@@ -287,16 +326,15 @@ pub async fn bulk_replay(
             let matched = state.store.count_matching_events(&filter).await?;
             return Ok(Reply::json(200, &DryRunReply { dry_run: true, matched }, false));
         }
-        let routes: BTreeMap<String, Vec<String>> = state
-            .config
-            .sources
-            .values()
-            .filter(|s| s.tenant.as_str() == tenant.as_str())
-            .map(|s| {
-                let d = s.destinations.iter().map(|d| d.to_string()).collect();
-                (s.name.to_string(), d)
-            })
-            .collect();
+        let routes = TenantRoutes {
+            sources: state
+                .config
+                .sources
+                .values()
+                .filter(|s| s.tenant.as_str() == tenant.as_str())
+                .map(|s| (s.name.as_str(), &**s))
+                .collect(),
+        };
         let now = Utc::now();
         let mut progress = idem.as_ref().and_then(|i| i.progress).unwrap_or_default();
         state.admin_pause.pass().await;

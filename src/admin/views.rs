@@ -124,6 +124,9 @@ pub struct EventDetail {
     pub verified_scheme: String,
     /// Which of the source's secrets verified the event (0 = the first listed).
     pub verified_secret_index: i32,
+    /// No route matched the event when it was received, and it was not replayed since: it
+    /// has no job.
+    pub no_route_matched: bool,
     pub jobs: Vec<JobView>,
 }
 
@@ -148,6 +151,7 @@ impl EventDetail {
             body: String::from_utf8(e.body.clone()).ok(),
             verified_scheme: e.verified_scheme.clone(),
             verified_secret_index: e.verified_secret_index,
+            no_route_matched: jobs.is_empty(),
             jobs,
         }
     }

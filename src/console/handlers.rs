@@ -20,7 +20,7 @@ use crate::admin::{authenticate, cursor, AdminError, Tenant};
 use crate::domain::JobId;
 use crate::http::auth_failures::{retry_after_seconds, Client};
 use crate::http::AppState;
-use crate::queue::JobStatus;
+use crate::store::EventStatus;
 use crate::store::{DeadLetterFilter, EventFilter, NewJob, PageCursor};
 
 type Form = web::Form<HashMap<String, String>>;
@@ -160,7 +160,7 @@ pub async fn events(state: web::Data<AppState>, req: HttpRequest, query: Query) 
             provider_event_id: text(&query, "provider_event_id"),
             status: text(&query, "status")
                 .map(|v| {
-                    JobStatus::parse(&v)
+                    EventStatus::parse(&v)
                         .ok_or_else(|| AdminError::BadRequest("unknown status".into()))
                 })
                 .transpose()?,

@@ -104,7 +104,7 @@ pub fn events(p: EventsPage<'_>) -> Markup {
                     input name="source" placeholder="source" value=(value("source"));
                     input name="event_type" placeholder="event type" value=(value("event_type"));
                     select name="status" {
-                        @for s in ["", "pending", "in_progress", "succeeded", "failed"] {
+                        @for s in ["", "pending", "in_progress", "succeeded", "failed", "no_route"] {
                             option value=(s) selected[value("status") == s] { @if s.is_empty() { "any status" } @else { (s) } }
                         }
                     }
@@ -185,6 +185,7 @@ pub fn event(tenant: &str, csrf: &str, notice: Option<&str>, e: &EventDetail) ->
                 None => p { "Binary body (" (e.body_base64.len()) " base64 characters); download it from " a href={ "/admin/v1/events/" (e.id) "/raw" } { "the admin API" } "." },
             }
             h2 { "Deliveries" }
+            @if e.no_route_matched { p id="no-route" { "No route matched this event: it has no delivery." } }
             (job_rows(&e.jobs))
         },
     )

@@ -1,15 +1,14 @@
 //! The admin side of `Store`: listing, replay and dead letters, one statement text for both
 //! databases.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 
 use super::codec::{At, Id};
-use super::rows::{JobRow, SummaryRow, JOB_COLUMNS, SUMMARY_COLUMNS};
+use super::rows::{EventRow, JobRow, SummaryRow, EVENT_COLUMNS, JOB_COLUMNS, SUMMARY_COLUMNS};
 use super::{
     admin_sql, codec, BulkProgress, DeadLetterFilter, EventFilter, EventSummary, JobWithEvent,
-    NewJob, PageCursor, ProgressKey, SavedResponse, Store, StoreError, StoredJob,
+    NewJob, PageCursor, ProgressKey, ReplayRouting, SavedResponse, Store, StoreError, StoredEvent,
+    StoredJob,
 };
 use crate::domain::JobId;
 
@@ -121,15 +120,15 @@ impl Store {
         Ok(())
     }
 
-    /// One committed batch of a bulk replay: one new job per destination that the source of
-    /// each event matching `filter` after `progress.after` routes to (`routes`). Commits the
-    /// batch with the progress.
+    /// One committed batch of a bulk replay: one new job per destination that `routes` sends
+    /// each event matching `filter` after `progress.after` to. Commits the batch with the
+    /// progress.
     pub async fn replay_events_batch(
         &self,
         filter: &EventFilter,
         progress: BulkProgress,
         limit: i64,
-        routes: &BTreeMap<String, Vec<String>>,
+        routes: &dyn ReplayRouting,
         now: DateTime<Utc>,
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
@@ -140,11 +139,25 @@ impl Store {
                 bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&mut *tx).await?;
             let events: Vec<EventSummary> = rows.into_iter().map(EventSummary::from).collect();
             for event in &events {
-                for destination in routes.get(&event.source).into_iter().flatten() {
+                let destinations = match routes.fixed(&event.source) {
+                    Some(fixed) => fixed,
+                    None => {
+                        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
+                        let row: Option<EventRow> = sqlx::query_as(&sql)
+                            .bind(Id::from(event.id))
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        match row {
+                            Some(row) => routes.route(&StoredEvent::try_from(row)?),
+                            None => Vec::new(),
+                        }
+                    }
+                };
+                for destination in destinations {
                     let job = NewJob {
                         id: JobId::generate(),
                         event_id: event.id,
-                        destination: destination.clone(),
+                        destination,
                     };
                     insert_job!(tx, job, now);
                 }

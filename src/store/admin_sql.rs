@@ -37,6 +37,7 @@ impl Built {
 }
 
 use super::rows::{JOB_COLUMNS, SUMMARY_COLUMNS};
+use super::EventStatus;
 
 fn event_conditions(b: &mut Built, f: &EventFilter) -> String {
     let mut c = format!("e.tenant = {}", b.arg(Arg::Text(f.tenant.clone())));
@@ -55,11 +56,17 @@ fn event_conditions(b: &mut Built, f: &EventFilter) -> String {
     if let Some(v) = f.received_to {
         c += &format!(" AND e.received_at < {}", b.arg(Arg::Time(v)));
     }
-    if let Some(v) = f.status {
-        c += &format!(
-            " AND EXISTS (SELECT 1 FROM jobs s WHERE s.event_id = e.id AND s.status = {})",
-            b.arg(Arg::Text(v.as_str().into()))
-        );
+    match f.status {
+        None => {}
+        Some(EventStatus::Job(v)) => {
+            c += &format!(
+                " AND EXISTS (SELECT 1 FROM jobs s WHERE s.event_id = e.id AND s.status = {})",
+                b.arg(Arg::Text(v.as_str().into()))
+            )
+        }
+        Some(EventStatus::NoRoute) => {
+            c += " AND NOT EXISTS (SELECT 1 FROM jobs s WHERE s.event_id = e.id)";
+        }
     }
     c
 }

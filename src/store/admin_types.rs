@@ -15,10 +15,29 @@ pub struct EventFilter {
     pub source: Option<String>,
     pub event_type: Option<String>,
     pub provider_event_id: Option<String>,
-    /// Events with at least one job in this status.
-    pub status: Option<JobStatus>,
+    /// Events with at least one job in a status, or with no job at all.
+    pub status: Option<EventStatus>,
     pub received_from: Option<DateTime<Utc>>,
     pub received_to: Option<DateTime<Utc>>,
+}
+
+/// An event's state as a filter names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventStatus {
+    /// The event has at least one job in this status.
+    Job(JobStatus),
+    /// The event has no job: no route matched it (and it was not replayed since).
+    NoRoute,
+}
+
+impl EventStatus {
+    /// The job statuses' names, or `no_route`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "no_route" => Some(Self::NoRoute),
+            s => JobStatus::parse(s).map(Self::Job),
+        }
+    }
 }
 
 impl EventFilter {
@@ -130,4 +149,24 @@ pub enum IdempotencyBegin {
 pub struct ProgressKey<'a> {
     pub tenant: &'a str,
     pub key: &'a str,
+}
+
+/// How a bulk replay routes each event it replays.
+pub trait ReplayRouting: Sync {
+    /// The destinations of every event of `source`, when they do not depend on the event;
+    /// otherwise `None`, and each event is read whole for [`ReplayRouting::route`].
+    fn fixed(&self, source: &str) -> Option<Vec<String>>;
+    /// The destinations of `event`.
+    fn route(&self, event: &super::StoredEvent) -> Vec<String>;
+}
+
+/// A fixed list of destinations per source name.
+impl ReplayRouting for std::collections::BTreeMap<String, Vec<String>> {
+    fn fixed(&self, source: &str) -> Option<Vec<String>> {
+        Some(self.get(source).cloned().unwrap_or_default())
+    }
+
+    fn route(&self, event: &super::StoredEvent) -> Vec<String> {
+        self.get(&event.source).cloned().unwrap_or_default()
+    }
 }

@@ -76,8 +76,8 @@ use std::time::Duration;
 use crate::config::DatabaseConfig;
 
 pub use admin_types::{
-    BulkProgress, DeadLetterFilter, EventFilter, EventSummary, IdempotencyBegin, JobWithEvent,
-    NewJob, PageCursor, ProgressKey, SavedResponse,
+    BulkProgress, DeadLetterFilter, EventFilter, EventStatus, EventSummary, IdempotencyBegin,
+    JobWithEvent, NewJob, PageCursor, ProgressKey, ReplayRouting, SavedResponse,
 };
 pub use group_commit::{GroupCommit, Pacing};
 pub use missing_jobs::{MissingJob, RerouteScan};

@@ -9,8 +9,8 @@ use hookgate::domain::{EventId, JobId, Name, ProviderEventId};
 use hookgate::queue::{JobQueue, JobStatus};
 use hookgate::store::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, BulkProgress, DeadLetterFilter, EventFilter,
-    IdempotencyBegin, InsertOutcome, JobOutcome, JobUpdate, MissingJob, NewEvent, NewJob,
-    ProgressKey, SavedResponse, Store,
+    EventStatus, IdempotencyBegin, InsertOutcome, JobOutcome, JobUpdate, MissingJob, NewEvent,
+    NewJob, ProgressKey, SavedResponse, Store,
 };
 use uuid::Uuid;
 
@@ -342,7 +342,7 @@ async fn admin_lists_replays_retries_and_discards(backend: Backend) {
     assert_eq!(rest.iter().map(|e| e.id).collect::<Vec<_>>(), [older]);
     assert_eq!(store.count_matching_events(&filter).await.unwrap(), 2);
     let pending = EventFilter {
-        status: Some(JobStatus::Pending),
+        status: Some(EventStatus::Job(JobStatus::Pending)),
         ..filter.clone()
     };
     assert_eq!(store.count_matching_events(&pending).await.unwrap(), 1);
