@@ -234,11 +234,11 @@ pub(crate) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob
 #[utoipa::path(post, path = "/admin/v1/events/{id}/replay", tag = "events",
     params(("id" = String, Path, description = "hookgate event id"),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once")),
-    request_body(content = Option<ReplayRequest>, description = "Optional; without it, every destination of the event's source"),
+    request_body(content = Option<ReplayRequest>, description = "Optional; without it, the destinations the source's routes choose for the event today"),
     responses((status = 202, description = "One new pending job per destination", body = JobsReply),
         (status = 400, description = "`bad_request`: the body is not a ReplayRequest", body = super::views::ErrorBody),
         (status = 404, description = "`not_found`: no such event in this tenant", body = super::views::ErrorBody),
-        (status = 422, description = "`unprocessable`: a destination the source does not route to, or a source without destinations", body = super::views::ErrorBody)),
+        (status = 422, description = "`unprocessable`: a destination the source does not route to, a source without destinations, or no route matching the event when none is named", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn replay_event(
     state: web::Data<AppState>,

@@ -164,7 +164,8 @@ pub struct JobsReply {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReplayedReply {
-    /// Events replayed (each gets one new job per destination of its source).
+    /// Events replayed (each gets one new job per destination its source's routes choose for
+    /// it today).
     pub replayed: i64,
 }
 
@@ -208,20 +209,24 @@ pub struct ErrorBody {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"destinations": ["billing"]}))]
 pub struct ReplayRequest {
-    /// Default: every destination of the event's source. Each must be one of the source's
-    /// destinations (else 422); a name listed twice is replayed to once.
+    /// Default: the destinations the source's routes choose for the event today (422 when
+    /// none does). Each must be one of the source's destinations (else 422); a name listed
+    /// twice is replayed to once.
     pub destinations: Option<Vec<String>>,
 }
 
-/// A job status, as the `status` filters take it (the server answers 400 for any other).
+/// An event status, as the `status` filters take it (the server answers 400 for any other):
+/// a job status (events with at least one job in it), or `no_route` (events no route
+/// matched: without any job).
 #[derive(Debug, ToSchema)]
 #[schema(rename_all = "snake_case")]
-#[allow(dead_code)] // a type for the document only: the handlers parse with `JobStatus::parse`
+#[allow(dead_code)] // a type for the document only: the handlers parse with `EventStatus::parse`
 pub enum StatusFilter {
     Pending,
     InProgress,
     Succeeded,
     Failed,
+    NoRoute,
 }
 
 /// Event filters shared by the list and the bulk replay. Filter strings cannot hold a NUL:
@@ -240,7 +245,7 @@ pub struct EventsQuery {
     #[param(pattern = "^[^\\u0000]*$")]
     #[schema(pattern = "^[^\\u0000]*$")]
     pub provider_event_id: Option<String>,
-    /// Events with at least one job in this status.
+    /// Events with at least one job in this status, or `no_route`: events without a job.
     #[param(inline, value_type = Option<StatusFilter>)]
     pub status: Option<String>,
     /// RFC 3339; inclusive.
@@ -265,7 +270,7 @@ pub struct BulkReplayRequest {
     pub event_type: Option<String>,
     #[schema(pattern = "^[^\\u0000]*$")]
     pub provider_event_id: Option<String>,
-    /// Events with at least one job in this status.
+    /// Events with at least one job in this status, or `no_route`: events without a job.
     #[schema(inline, value_type = Option<StatusFilter>)]
     pub status: Option<String>,
     pub received_from: Option<DateTime<Utc>>,

@@ -23,6 +23,7 @@ mod missing_jobs;
 mod outage;
 mod pools;
 mod retention;
+mod routing;
 mod security;
 mod store_conformance;
 mod unstorable;

@@ -97,6 +97,28 @@ fn check_rejects_bad_configs_naming_the_key() {
         &[],
         "sources[0].destinations[0]",
     );
+    let route = |table: &str| {
+        VALID.replace(
+            r#"destinations = ["billing"]"#,
+            &format!("[[sources.routes]]\ndestination = \"billing\"\n{table}\n"),
+        )
+    };
+    assert!(check(&route(r#"match = { amount = { "$gte" = 5 } }"#), &[]).status.success());
+    assert_rejected_naming(
+        &route(r#"match = { data = { amount = { "$gte" = [5] } } }"#),
+        &[],
+        "`sources[0].routes[0].match.data.amount` $gte takes a number or a string",
+    );
+    assert_rejected_naming(
+        &route(r#"event_types = ["invoice.*", ""]"#),
+        &[],
+        "sources[0].routes[0].event_types[1]",
+    );
+    assert_rejected_naming(
+        &route(r#"match_headers = { x-a = { "$regex" = "a" } }"#),
+        &[],
+        "sources[0].routes[0].match_headers.x-a",
+    );
     assert_rejected_naming(
         &VALID.replace("whsec_c2VjcmV0LXNpZ25pbmcta2V5", "plain"),
         &[],
