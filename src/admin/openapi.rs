@@ -505,9 +505,14 @@ mod tests {
             .iter()
             .map(|s| s.as_str().unwrap())
             .collect();
-        assert_eq!(names.len(), 4);
+        assert_eq!(names.len(), 5);
         for name in names {
-            assert_eq!(JobStatus::parse(name).map(JobStatus::as_str), Some(name));
+            let parsed = crate::store::EventStatus::parse(name);
+            let expected = match name {
+                "no_route" => Some(crate::store::EventStatus::NoRoute),
+                job => JobStatus::parse(job).map(crate::store::EventStatus::Job),
+            };
+            assert!(parsed.is_some() && parsed == expected, "{name}");
         }
     }
 

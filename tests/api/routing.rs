@@ -87,8 +87,18 @@ async fn jobs_are_created_only_for_the_routes_an_event_matches(backend: Backend)
     let big = post(&app, &body("evt_big", "invoice.paid", 150), &[]).await;
     let small = post(&app, &body("evt_small", "invoice.paid", 50), &[]).await;
     let ok = post(&app, &body("evt_ok", "charge.succeeded", 150), &[]).await;
-    let gold = post(&app, &body("evt_gold", "charge.failed", 1), &[("x-TIER", "gold")]).await;
-    let both = post(&app, &body("evt_both", "invoice.paid", 100), &[("X-Tier", "gold")]).await;
+    let gold = post(
+        &app,
+        &body("evt_gold", "charge.failed", 1),
+        &[("x-TIER", "gold")],
+    )
+    .await;
+    let both = post(
+        &app,
+        &body("evt_both", "invoice.paid", 100),
+        &[("X-Tier", "gold")],
+    )
+    .await;
     assert_eq!(destinations_of(&app, big).await, ["billing"]);
     assert!(destinations_of(&app, small).await.is_empty());
     assert_eq!(destinations_of(&app, ok).await, ["audit"]);
@@ -105,7 +115,12 @@ async fn an_event_no_route_matches_is_stored_answered_and_shown(backend: Backend
     let app = spawn_app_with_sink(backend, &sink, filtered_routes).await;
     let routed = post(&app, &body("evt_routed", "invoice.paid", 500), &[]).await;
     let unrouted = post(&app, &body("evt_unrouted", "customer.created", 0), &[]).await;
-    let stored = app.store.get_event(unrouted).await.unwrap().expect("stored");
+    let stored = app
+        .store
+        .get_event(unrouted)
+        .await
+        .unwrap()
+        .expect("stored");
     assert_eq!(stored.provider_event_id, "evt_unrouted");
 
     let listed = app.admin_json(ACME_TOKEN, "/events?status=no_route").await;
@@ -120,7 +135,9 @@ async fn an_event_no_route_matches_is_stored_answered_and_shown(backend: Backend
         .admin_json(ACME_TOKEN, &format!("/events/{unrouted}"))
         .await;
     assert_eq!(detail["no_route_matched"], true, "{detail}");
-    let detail = app.admin_json(ACME_TOKEN, &format!("/events/{routed}")).await;
+    let detail = app
+        .admin_json(ACME_TOKEN, &format!("/events/{routed}"))
+        .await;
     assert_eq!(detail["no_route_matched"], false);
 
     let cookie = login(&app, ACME_TOKEN).await;
@@ -147,7 +164,13 @@ async fn a_delayed_route_is_due_no_earlier_than_its_delay(backend: Backend) {
     })
     .await;
     let event = post(&app, &body("evt_later", "invoice.paid", 1), &[]).await;
-    let received = app.store.get_event(event).await.unwrap().unwrap().received_at;
+    let received = app
+        .store
+        .get_event(event)
+        .await
+        .unwrap()
+        .unwrap()
+        .received_at;
     let billing = app.job(event, "billing").await;
     assert!(billing.next_attempt_at >= received + Duration::hours(1));
     assert!(app.job(event, "audit").await.next_attempt_at <= received + Duration::seconds(1));
@@ -181,14 +204,27 @@ async fn a_replay_routes_again_unless_destinations_are_named(backend: Backend) {
     assert_eq!((status, code.as_str()), (422, "unprocessable"));
     let r = replay(small, Some(r#"{"destinations": ["audit"]}"#)).await;
     assert_eq!(r.status(), 202, "named destinations need no matching route");
-    assert_eq!(destinations_of(&app, small).await, ["audit"]);
+    assert_eq!(destinations_of(app, small).await, ["audit"]);
 
     let r = app
-        .admin(Method::POST, ACME_TOKEN, "/replay", Some(r#"{"source": "stripe"}"#), None)
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            "/replay",
+            Some(r#"{"source": "stripe"}"#),
+            None,
+        )
         .await;
     assert_eq!(r.status(), 202);
-    assert_eq!(destinations_of(&app, big).await, ["billing", "billing", "billing"]);
-    assert_eq!(destinations_of(&app, small).await, ["audit"], "no route matches it");
+    assert_eq!(
+        destinations_of(app, big).await,
+        ["billing", "billing", "billing"]
+    );
+    assert_eq!(
+        destinations_of(app, small).await,
+        ["audit"],
+        "no route matches it"
+    );
 }
 
 /// Events stored under another configuration's routes (a rolling change: the process that

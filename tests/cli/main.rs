@@ -103,7 +103,9 @@ fn check_rejects_bad_configs_naming_the_key() {
             &format!("[[sources.routes]]\ndestination = \"billing\"\n{table}\n"),
         )
     };
-    assert!(check(&route(r#"match = { amount = { "$gte" = 5 } }"#), &[]).status.success());
+    assert!(check(&route(r#"match = { amount = { "$gte" = 5 } }"#), &[])
+        .status
+        .success());
     assert_rejected_naming(
         &route(r#"match = { data = { amount = { "$gte" = [5] } } }"#),
         &[],
