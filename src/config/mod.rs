@@ -1,5 +1,6 @@
 //! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
 
+mod destination_headers;
 mod routes;
 mod secret;
 mod settings;

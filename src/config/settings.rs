@@ -391,6 +391,10 @@ pub struct DestinationSettings {
     /// Deliveries to this destination one process runs at once.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Extra request headers, each value a secret reference (literal, `env:` or `file:`):
+    /// `headers = { Authorization = "env:SINK_TOKEN" }`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, SecretString>,
 }
 
 fn default_max_in_flight() -> usize {

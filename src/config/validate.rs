@@ -131,6 +131,9 @@ pub struct Destination {
     pub retry_policy: RetryPolicy,
     pub timeout: Duration,
     pub max_in_flight: usize,
+    /// `headers`, resolved: sent with every delivery, values marked sensitive (never in
+    /// `Debug`, so never in a log line).
+    pub headers: reqwest::header::HeaderMap,
 }
 
 impl std::fmt::Debug for Destination {
@@ -350,6 +353,7 @@ impl GatewayConfig {
             if destinations.contains_key(name.as_str()) {
                 return Err(invalid(key("name"), format!("{name} is defined twice")));
             }
+            let headers = super::destination_headers::destination_headers(i, &dest.headers)?;
             destinations.insert(
                 name.to_string(),
                 Arc::new(Destination {
@@ -359,6 +363,7 @@ impl GatewayConfig {
                     retry_policy: RetryPolicy::new(retry_schedule),
                     timeout,
                     max_in_flight: dest.max_in_flight,
+                    headers,
                 }),
             );
         }

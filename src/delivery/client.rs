@@ -59,7 +59,8 @@ impl Deliverer {
             started_at.timestamp(),
             d.body,
         );
-        let mut headers = HeaderMap::new();
+        // The destination's own headers first: hookgate's, set below, are never replaced.
+        let mut headers = destination.headers.clone();
         let mut put = |name: &'static str, value: &str| {
             if let Ok(v) = HeaderValue::from_str(value) {
                 headers.insert(name, v);

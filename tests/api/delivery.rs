@@ -21,6 +21,7 @@ both_backends!(
     a_running_worker_wakes_for_new_jobs_without_polling,
     a_job_whose_wake_up_was_lost_is_delivered_at_the_next_poll,
     a_claim_takes_as_many_due_jobs_as_asked_oldest_first,
+    a_destination_s_headers_are_sent_from_secret_references,
 );
 
 /// Far enough ahead that every scheduled retry is due.
@@ -343,4 +344,41 @@ async fn a_claim_takes_as_many_due_jobs_as_asked_oldest_first(backend: Backend) 
     assert_eq!(ids(&second), sorted(&events[5..]), "the two left");
     let audit = app.store.claim_jobs("audit", 3, now, lease).await.unwrap();
     assert_eq!(ids(&audit), sorted(&events[..3]), "the three oldest");
+}
+
+/// `headers = { Authorization = "file:..." }` on billing: the resolved value goes with every
+/// delivery to billing, to no other destination, and hookgate's own headers stay its own.
+async fn a_destination_s_headers_are_sent_from_secret_references(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("sink-token");
+    std::fs::write(&token, "Bearer sink-secret-1\n").unwrap();
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        let billing = s
+            .destinations
+            .iter_mut()
+            .find(|d| d.name == "billing")
+            .unwrap();
+        billing.headers = [
+            (
+                "Authorization".to_owned(),
+                format!("file:{}", token.display()).into(),
+            ),
+            ("X-Team".to_owned(), "payments".to_owned().into()),
+        ]
+        .into();
+    })
+    .await;
+    app.ingest_stripe("evt_headers").await;
+    app.worker().run_once().await.unwrap();
+    let billed = sink.received("/billing");
+    assert_eq!(billed.len(), 1);
+    assert_eq!(billed[0].header("authorization"), "Bearer sink-secret-1");
+    assert_eq!(billed[0].header("x-team"), "payments");
+    assert!(!billed[0].header("webhook-signature").is_empty());
+    let audited = sink.received("/audit");
+    assert_eq!(audited.len(), 1);
+    assert!(!audited[0].headers.contains_key("authorization"));
+    let debug = format!("{:?}", app.config.destinations["billing"]);
+    assert!(!debug.contains("sink-secret-1"), "{debug}");
 }
