@@ -4,6 +4,7 @@
 mod auth;
 pub(crate) mod cursor;
 pub(crate) mod dead_letters;
+pub(crate) mod destinations;
 mod error;
 pub(crate) mod events;
 mod idempotency;
@@ -54,6 +55,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::delete().to(dead_letters::discard)),
             )
             .service(resource("/sources", "GET").route(web::get().to(sources::list)))
+            .service(resource("/destinations", "GET").route(web::get().to(destinations::list)))
+            .service(
+                resource("/destinations/{name}", "GET").route(web::get().to(destinations::get)),
+            )
+            .service(
+                resource("/destinations/{name}/pause", "POST")
+                    .route(web::post().to(destinations::pause)),
+            )
+            .service(
+                resource("/destinations/{name}/resume", "POST")
+                    .route(web::post().to(destinations::resume)),
+            )
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );
 }

@@ -13,11 +13,11 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
 use super::MAX_BODY_BYTES;
-use super::{dead_letters, events, sources, views};
+use super::{dead_letters, destinations, events, sources, views};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "hookgate admin API", description = "Inspect events, replay them, and work the dead-letter queue. Every request needs `Authorization: Bearer <token>`; a token sees only its tenant. Errors are `{\"error\": {\"code\", \"message\"}}`."),
+    info(title = "hookgate admin API", description = "Inspect events, replay them, work the dead-letter queue, and pause and resume destinations. Every request needs `Authorization: Bearer <token>`; a token sees only its tenant. Errors are `{\"error\": {\"code\", \"message\"}}`."),
     paths(
         events::list_events,
         events::get_event,
@@ -29,6 +29,10 @@ use super::{dead_letters, events, sources, views};
         dead_letters::bulk_retry,
         dead_letters::discard,
         sources::list,
+        destinations::list,
+        destinations::get,
+        destinations::pause,
+        destinations::resume,
         openapi_json,
     ),
     components(schemas(
@@ -37,6 +41,7 @@ use super::{dead_letters, events, sources, views};
         views::DryRunReply, views::DeadLetterView, views::DeadLetterPage, views::RetriedReply,
         views::ErrorBody, views::ErrorDetail, views::ReplayRequest, views::BulkReplayRequest,
         views::BulkRetryRequest, sources::SourceView, sources::SourcesReply,
+        destinations::DestinationView, destinations::DestinationsReply,
     )),
     modifiers(&BearerAuth),
 )]
@@ -324,7 +329,7 @@ mod tests {
                 ops.push((method.clone(), path.clone(), op.clone()));
             }
         }
-        assert_eq!(ops.len(), 11);
+        assert_eq!(ops.len(), 15);
         ops
     }
 
@@ -523,7 +528,7 @@ mod tests {
             .into_iter()
             .filter(|(m, _, _)| m == "post")
             .collect();
-        assert_eq!(posts.len(), 4);
+        assert_eq!(posts.len(), 6);
         for (_, path, op) in posts {
             let key = param(&op, "Idempotency-Key");
             assert_eq!(key["in"], "header", "{path}");

@@ -43,6 +43,11 @@ impl JobQueue {
             .await
     }
 
+    /// The destinations whose jobs are held (paused): not claimed, and not handed off.
+    pub async fn held(&self) -> Result<Vec<String>, StoreError> {
+        self.store.held_destinations().await
+    }
+
     /// Records the outcomes of many attempts in one transaction; whether each claim still
     /// held its job, in order (`Store::finish_jobs`).
     pub async fn finish(&self, outcomes: &[JobOutcome]) -> Result<Vec<bool>, StoreError> {

@@ -59,6 +59,7 @@ mod admin_sql;
 mod admin_types;
 mod batch;
 mod codec;
+mod destinations;
 mod group_commit;
 mod held;
 mod missing_jobs;
@@ -79,6 +80,7 @@ pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventStatus, EventSummary, IdempotencyBegin,
     JobWithEvent, NewJob, PageCursor, ProgressKey, ReplayRouting, SavedResponse,
 };
+pub use destinations::{DestinationStats, RECENT_ATTEMPTS};
 pub use group_commit::{GroupCommit, Pacing};
 pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;

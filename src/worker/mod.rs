@@ -270,7 +270,15 @@ impl Worker {
     ) -> Result<Claims, StoreError> {
         let lease = self.lease;
         let mut claims = Claims::default();
+        // Read at every round: a pause in any process stops this one's hand-offs from its
+        // next round, which the pause's wake-up starts at once. The claim statement also
+        // skips a paused destination, so a pause between this read and the claim holds too.
+        let held = self.queue.held().await?;
         for (name, slots) in &self.per_destination {
+            if held.contains(name) {
+                self.handoff.set_keeping_up(name, false);
+                continue;
+            }
             let room = slots
                 .available_permits()
                 .min(self.global.available_permits());

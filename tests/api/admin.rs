@@ -571,6 +571,10 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         "POST /admin/v1/dead-letters/retry",
         "DELETE /admin/v1/dead-letters/{job_id}",
         "GET /admin/v1/sources",
+        "GET /admin/v1/destinations",
+        "GET /admin/v1/destinations/{name}",
+        "POST /admin/v1/destinations/{name}/pause",
+        "POST /admin/v1/destinations/{name}/resume",
         "GET /admin/v1/openapi.json",
     ]
     .into_iter()

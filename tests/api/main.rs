@@ -11,6 +11,7 @@ mod console_sessions;
 mod crash;
 mod delivery;
 mod derived_ids;
+mod destinations;
 mod group_commit;
 mod handoff;
 mod handshakes;

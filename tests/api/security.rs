@@ -68,7 +68,8 @@ async fn admin_calls_cannot_reach_unrouted_destinations(backend: Backend) {
         )
         .await;
     assert_eq!(error_code(r).await, (400, "bad_request".into()));
-    // No route creates or edits a destination.
+    // No route creates or edits a destination: the destination paths read, pause and
+    // resume only.
     for (method, path) in [
         (Method::POST, "/destinations"),
         (Method::PUT, "/destinations/billing"),
@@ -83,7 +84,7 @@ async fn admin_calls_cannot_reach_unrouted_destinations(backend: Backend) {
                 None,
             )
             .await;
-        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(error_code(r).await.0, 405, "{path}");
     }
     assert_eq!(
         app.store.jobs_for_event(event).await.unwrap().len(),

@@ -45,6 +45,8 @@ const CLAIM_JOBS_SQL: &str = "\
     WITH due AS ( \
         SELECT id FROM jobs \
         WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2 \
+            AND NOT EXISTS (SELECT 1 FROM destination_states s \
+                WHERE s.destination = $1 AND s.paused_at IS NOT NULL) \
         ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED \
      ), claimed AS ( \
         UPDATE jobs j SET status = 'in_progress', attempts = j.attempts + 1, \

@@ -17,7 +17,9 @@ const CLAIM: &str = "\
     UPDATE jobs SET status = 'in_progress', attempts = attempts + 1, \
         locked_until = $1, claim_token = $2, updated_at = $3 \
     WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND destination = $4 \
-        AND next_attempt_at <= $3 ORDER BY next_attempt_at LIMIT $5) \
+        AND next_attempt_at <= $3 AND NOT EXISTS (SELECT 1 FROM destination_states s \
+            WHERE s.destination = $4 AND s.paused_at IS NOT NULL) \
+        ORDER BY next_attempt_at LIMIT $5) \
     RETURNING id";
 
 /// What a worker needs to deliver a claimed job.

@@ -182,8 +182,10 @@ pub struct TestApp {
     /// `http://127.0.0.1:{port}` of `[metrics] listen`, when set.
     pub metrics_address: Option<String>,
     handle: ServerHandle,
-    // Dropped last: the database outlives the server using it.
-    _db: DbGuard,
+    /// The settings the app was built with, for `restart`.
+    settings: Settings,
+    // Dropped last: the database outlives the server using it. Moved on by `restart`.
+    _db: Option<DbGuard>,
 }
 
 impl Drop for TestApp {
@@ -230,8 +232,13 @@ pub async fn spawn_app_with(
     };
     let mut settings = Settings::from_toml_str(&base_config()).expect("base test config");
     let url = adjust(&mut settings, &real_url);
-    settings.database.url = url.clone();
-    let app = Application::build(settings)
+    settings.database.url = url;
+    build(backend, settings, guard).await
+}
+
+/// Starts an app with `settings` (the database URL already set), keeping `guard`.
+async fn build(backend: Backend, settings: Settings, guard: DbGuard) -> TestApp {
+    let app = Application::build(settings.clone())
         .await
         .expect("the application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
@@ -248,14 +255,28 @@ pub async fn spawn_app_with(
         store,
         client: reqwest::Client::new(),
         backend,
-        database_url: url,
+        database_url: settings.database.url.clone(),
         config,
         admin_pause,
         batcher,
         metrics,
         metrics_address,
         handle,
-        _db: guard,
+        settings,
+        _db: Some(guard),
+    }
+}
+
+impl TestApp {
+    /// Stops the server and starts a new one on the same database and settings, as a
+    /// process restart would: nothing in memory survives, only what the database holds.
+    pub async fn restart(mut self) -> TestApp {
+        self.handle.stop(true).await;
+        self.store.close().await;
+        let guard = self._db.take().expect("a running app has its database");
+        let (backend, settings) = (self.backend, self.settings.clone());
+        drop(self);
+        build(backend, settings, guard).await
     }
 }
 

@@ -1,0 +1,10 @@
+-- Operator and circuit state per destination, shared by every process: a destination with a
+-- row whose paused_at is set is paused, and no process claims its jobs.
+CREATE TABLE destination_states (
+    destination TEXT PRIMARY KEY,
+    paused_at   TIMESTAMPTZ,
+    updated_at  TIMESTAMPTZ NOT NULL
+);
+
+-- The destinations page reads the last hour of attempts, newest first.
+CREATE INDEX delivery_attempts_started_idx ON delivery_attempts (started_at);
