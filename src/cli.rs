@@ -64,6 +64,9 @@ pub enum Command {
     DeadLetters(crate::cli_admin::DeadLettersCommand),
     /// The tenant's sources and where each reads its event id, type and signature.
     Sources(crate::cli_admin::ApiArgs),
+    /// The tenant's destinations, their state and queue; pause and resume one.
+    #[command(subcommand)]
+    Destinations(crate::cli_admin::DestinationsCommand),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -92,6 +95,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => crate::cli_admin::replay(args).await?,
         Command::DeadLetters(command) => crate::cli_admin::dead_letters(command).await?,
         Command::Sources(api) => crate::cli_admin::sources(api).await?,
+        Command::Destinations(command) => crate::cli_admin::destinations(command).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;

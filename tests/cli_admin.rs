@@ -1,6 +1,6 @@
-//! `hookgate events|replay|dead-letters|sources` run as the real binary against a real `hookgate serve`
-//! (`--role api`, so nothing is delivered unless a test starts a worker), each test once on
-//! SQLite and once on PostgreSQL.
+//! `hookgate events|replay|dead-letters|sources|destinations` run as the real binary against
+//! a real `hookgate serve` (`--role api`, so nothing is delivered unless a test starts a
+//! worker), each test once on SQLite and once on PostgreSQL.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -41,6 +41,7 @@ hookgate_testkit::both_stores!(
     dead_letters_list_retry_and_discard_through_the_admin_api,
     errors_name_the_api_code_and_exit_non_zero,
     sources_shows_where_ids_come_from_and_no_secret,
+    destinations_list_pause_and_resume_through_the_admin_api,
 );
 
 /// A running `serve --role api` with its own database, and what the tests need to reach it.
@@ -340,6 +341,33 @@ fn sources_shows_where_ids_come_from_and_no_secret(backend: Backend) {
     assert_eq!(json["data"][0]["secrets"], 2);
     assert_eq!(json["data"][0]["event_id"], serde_json::json!(["json:/id"]));
     assert!(!table.contains(STRIPE_SECRET) && !json.to_string().contains(STRIPE_SECRET));
+}
+
+fn destinations_list_pause_and_resume_through_the_admin_api(backend: Backend) {
+    let gw = start_gateway(backend, "http://127.0.0.1:9/x");
+    gw.ingest(&stripe_event("evt_dest_1", "invoice.paid"));
+    let (table, _) = gw.ok(&["destinations", "list"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("FAILURE STREAK"),
+        "{table}"
+    );
+    assert!(lines[1].contains("active"), "{table}");
+
+    let (paused, _) = gw.ok(&["destinations", "pause", "billing"]);
+    assert!(paused.contains("destination billing is paused"), "{paused}");
+    let json = gw.json(&["destinations", "list"]);
+    assert_eq!(json["data"][0]["state"], "paused");
+    assert_eq!(json["data"][0]["jobs_due"], 1);
+    let (resumed, _) = gw.ok(&["destinations", "resume", "billing"]);
+    assert!(
+        resumed.contains("destination billing is active"),
+        "{resumed}"
+    );
+    assert_eq!(
+        gw.json(&["destinations", "list"])["data"][0]["state"],
+        "active"
+    );
 }
 
 fn dead_letters_list_retry_and_discard_through_the_admin_api(backend: Backend) {

@@ -1,10 +1,13 @@
-//! `hookgate events|replay|dead-letters|sources`: operator commands that call the admin API of a
+//! `hookgate events|replay|dead-letters|sources|destinations`: operator commands that call the admin API of a
 //! running gateway. They go through the API rather than the database because the API is the
 //! one place that enforces tenant scoping, Idempotency-Key and validation, and because it
 //! works against a remote deployment without handing out database credentials.
 
 mod client;
+mod destinations;
 mod render;
+
+pub use destinations::{destinations, DestinationsCommand};
 
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -41,8 +44,8 @@ pub struct EventFilterArgs {
     /// The provider's own event id.
     #[arg(long)]
     pub provider_event_id: Option<String>,
-    /// Events with at least one job in this status.
-    #[arg(long, value_parser = ["pending", "in_progress", "succeeded", "failed"])]
+    /// Events with at least one job in this status, or `no_route`: events without a job.
+    #[arg(long, value_parser = ["pending", "in_progress", "succeeded", "failed", "no_route"])]
     pub status: Option<String>,
     /// RFC 3339, inclusive.
     #[arg(long, value_parser = rfc3339)]

@@ -133,7 +133,7 @@ fn opt(v: &Option<String>) -> String {
 
 /// Left-aligned columns separated by two spaces; the last column is not padded, so no line
 /// ends in spaces.
-fn table(headers: &[&str], rows: &[Vec<String>], indent: &str) -> String {
+pub fn table(headers: &[&str], rows: &[Vec<String>], indent: &str) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
