@@ -22,6 +22,7 @@ both_backends!(
     dead_letters_can_be_discarded_in_bulk,
     a_dead_letter_can_be_discarded_alone,
     the_event_page_names_the_secret_that_verified,
+    an_operator_pauses_and_resumes_a_destination,
 );
 
 struct Driver(Child);
@@ -386,4 +387,52 @@ async fn the_event_page_names_the_secret_that_verified(backend: Backend) {
         page.contains(r#"<strong id="verified-secret-index">1</strong>"#),
         "{page}"
     );
+}
+
+/// The destinations page: billing is paused with its button, its next job is held, and
+/// resumed with the same button, after which the job is delivered.
+async fn an_operator_pauses_and_resumes_a_destination(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    let (_driver, port) = chromedriver();
+    let c = browser(port).await;
+    let state = "#destination-billing td.state-";
+    let button = "#destination-billing button";
+    let result = async {
+        c.goto(&app.url("/console/login")).await?;
+        c.find(Locator::Id("token"))
+            .await?
+            .send_keys(ACME_TOKEN)
+            .await?;
+        c.find(Locator::Id("login")).await?.click().await?;
+        text_of(&c, "#events").await;
+        c.goto(&app.url("/console/destinations")).await?;
+        assert_eq!(text_of(&c, &format!("{state}active")).await, "active");
+        assert_eq!(text_of(&c, button).await, "Pause");
+        c.find(Locator::Css(button)).await?.click().await?;
+        assert!(text_of(&c, "#notice").await.contains("paused"));
+        assert_eq!(text_of(&c, &format!("{state}paused")).await, "paused");
+        assert_eq!(app.store.held_destinations().await.unwrap(), ["billing"]);
+
+        app.ingest_stripe("evt_console_held").await;
+        app.worker().run_once().await.unwrap();
+        assert!(sink.received("/billing").is_empty(), "held while paused");
+        c.refresh().await?;
+        let row = text_of(&c, "#destination-billing").await;
+        assert!(row.contains("paused 1"), "one job due: {row}");
+
+        assert_eq!(text_of(&c, button).await, "Resume");
+        c.find(Locator::Css(button)).await?.click().await?;
+        assert!(text_of(&c, "#notice").await.contains("resumed"));
+        assert_eq!(text_of(&c, &format!("{state}active")).await, "active");
+        Ok::<_, fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = result {
+        panic!("browser step failed: {e}");
+    }
+    assert!(app.store.held_destinations().await.unwrap().is_empty());
+    app.worker().run_once().await.unwrap();
+    assert_eq!(sink.received("/billing").len(), 1);
 }

@@ -27,13 +27,15 @@ type Form = web::Form<HashMap<String, String>>;
 type Query = web::Query<HashMap<String, String>>;
 
 /// Only these messages are shown from a redirect's query: a link cannot inject text.
-fn notice(query: &Query) -> Option<&'static str> {
+pub(super) fn notice(query: &Query) -> Option<&'static str> {
     match query.get("done").map(String::as_str) {
         Some("replayed") => Some("Replay queued."),
         Some("retried") => Some("Dead letter retried: it is pending again."),
         Some("discarded") => Some("Dead letter discarded."),
         Some("bulk-retried") => Some("Matching dead letters retried."),
         Some("bulk-discarded") => Some("Matching dead letters discarded."),
+        Some("paused") => Some("Destination paused: its jobs are held until it is resumed."),
+        Some("resumed") => Some("Destination resumed: its held jobs are being delivered."),
         _ => None,
     }
 }
@@ -134,7 +136,7 @@ pub async fn logout(state: web::Data<AppState>, req: HttpRequest, form: Form) ->
     response
 }
 
-fn html(markup: maud::Markup) -> HttpResponse {
+pub(super) fn html(markup: maud::Markup) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .body(markup.into_string())

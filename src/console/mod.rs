@@ -2,6 +2,7 @@
 //! same admin tokens. A login sets an HttpOnly, SameSite=Strict session cookie; every form
 //! carries a CSRF token bound to the session.
 
+mod destinations;
 mod handlers;
 mod pages;
 mod request;
@@ -42,6 +43,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/events/{id}/replay", web::post().to(handlers::replay))
             .route("/dead-letters", web::get().to(handlers::dead_letters))
             .route("/sources", web::get().to(handlers::sources))
+            .route("/destinations", web::get().to(destinations::list))
+            .route(
+                "/destinations/{name}/pause",
+                web::post().to(destinations::pause),
+            )
+            .route(
+                "/destinations/{name}/resume",
+                web::post().to(destinations::resume),
+            )
             .route("/dead-letters/retry", web::post().to(handlers::bulk_retry))
             .route(
                 "/dead-letters/discard",
