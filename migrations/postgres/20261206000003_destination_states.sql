@@ -1,8 +1,14 @@
 -- Operator and circuit state per destination, shared by every process: a destination with a
--- row whose paused_at is set is paused, and no process claims its jobs.
+-- row whose paused_at is set is paused, and no process claims its jobs. One whose tripped_at
+-- is set is tripped by its circuit breaker: its jobs are held too, but for one probe
+-- delivery once probe_at has passed.
 CREATE TABLE destination_states (
     destination TEXT PRIMARY KEY,
     paused_at   TIMESTAMPTZ,
+    -- Failed attempts since the last success (destinations with a circuit breaker).
+    failure_streak INTEGER NOT NULL DEFAULT 0,
+    tripped_at  TIMESTAMPTZ,
+    probe_at    TIMESTAMPTZ,
     updated_at  TIMESTAMPTZ NOT NULL
 );
 

@@ -20,10 +20,15 @@ const RECENT_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DestinationView {
     pub name: String,
-    /// `active` or `paused`.
+    /// `active`, `paused` (by an operator) or `tripped` (by its circuit breaker); a pause
+    /// shows over a trip.
     pub state: String,
     /// When an operator paused it, while it is paused.
     pub paused_at: Option<DateTime<Utc>>,
+    /// When its circuit breaker tripped, while it is tripped, and when the next probe
+    /// delivery is due.
+    pub tripped_at: Option<DateTime<Utc>>,
+    pub next_probe_at: Option<DateTime<Utc>>,
     /// The tenant's pending jobs for it that are due now (held ones included).
     pub jobs_due: i64,
     /// How long the oldest of them has been due, in seconds.
@@ -38,16 +43,16 @@ pub struct DestinationView {
 }
 
 impl DestinationView {
-    fn new(name: &str, s: &DestinationStats, now: DateTime<Utc>) -> Self {
+    /// `breaker`: whether the destination has a circuit breaker configured (a trip left over
+    /// from before it was removed holds nothing).
+    fn new(name: &str, s: &DestinationStats, breaker: bool, now: DateTime<Utc>) -> Self {
+        let tripped_at = s.tripped_at.filter(|_| breaker);
         Self {
             name: name.to_owned(),
-            state: if s.paused_at.is_some() {
-                "paused"
-            } else {
-                "active"
-            }
-            .to_owned(),
+            state: state_name(s.paused_at, tripped_at).to_owned(),
             paused_at: s.paused_at,
+            tripped_at,
+            next_probe_at: s.probe_at.filter(|_| tripped_at.is_some()),
             jobs_due: s.jobs_due,
             oldest_due_age_seconds: s.oldest_due_at.map(|t| (now - t).num_seconds().max(0)),
             recent_attempts: s.recent_attempts,
@@ -56,6 +61,14 @@ impl DestinationView {
                 .then(|| s.recent_successes as f64 / s.recent_attempts as f64),
             failure_streak: s.failure_streak,
         }
+    }
+}
+
+fn state_name(paused_at: Option<DateTime<Utc>>, tripped_at: Option<DateTime<Utc>>) -> &'static str {
+    match (paused_at, tripped_at) {
+        (Some(_), _) => "paused",
+        (None, Some(_)) => "tripped",
+        (None, None) => "active",
     }
 }
 
@@ -96,7 +109,12 @@ pub(crate) async fn view(
         .store
         .destination_stats(name, tenant, now - RECENT_WINDOW, now)
         .await?;
-    Ok(DestinationView::new(name, &stats, now))
+    let breaker = state
+        .config
+        .destinations
+        .get(name)
+        .is_some_and(|d| d.circuit.is_some());
+    Ok(DestinationView::new(name, &stats, breaker, now))
 }
 
 #[utoipa::path(get, path = "/admin/v1/destinations", tag = "destinations", operation_id = "list_destinations",
@@ -142,12 +160,12 @@ async fn set_paused(
         let name = in_tenant(state, tenant, path)?;
         let now = Utc::now();
         let mut shown = view(state, tenant.as_str(), &name).await?;
-        shown.state = if paused { "paused" } else { "active" }.to_owned();
         shown.paused_at = if paused {
             shown.paused_at.or(Some(now))
         } else {
             None
         };
+        shown.state = state_name(shown.paused_at, shown.tripped_at).to_owned();
         let reply = Reply::json(200, &shown, idem.is_some());
         state.admin_pause.pass().await;
         let save = idem.as_ref().map(|i| i.save(reply.status, &reply.body));

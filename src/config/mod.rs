@@ -8,13 +8,13 @@ mod validate;
 
 pub use secret::resolve_secret;
 pub use settings::{
-    default_retry_schedule, AdminSettings, AdminTokenSettings, DatabaseSettings,
+    default_retry_schedule, AdminSettings, AdminTokenSettings, CircuitSettings, DatabaseSettings,
     DestinationSettings, LogSettings, MetricsSettings, RouteSettings, ServerSettings, Settings,
     SourceSettings, WorkerSettings,
 };
 pub use validate::{
-    AdminConfig, AdminToken, DatabaseConfig, Destination, GatewayConfig, LogFormat, MetricsConfig,
-    ServerConfig, Source, SqliteSynchronous, WorkerConfig,
+    AdminConfig, AdminToken, Circuit, DatabaseConfig, Destination, GatewayConfig, LogFormat,
+    MetricsConfig, ServerConfig, Source, SqliteSynchronous, WorkerConfig,
 };
 
 #[derive(Debug, thiserror::Error)]

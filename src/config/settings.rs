@@ -395,6 +395,22 @@ pub struct DestinationSettings {
     /// `headers = { Authorization = "env:SINK_TOKEN" }`.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, SecretString>,
+    /// A circuit breaker (`[destinations.circuit]`); none when absent.
+    pub circuit: Option<CircuitSettings>,
+}
+
+/// `[destinations.circuit]`: after `failures` failed attempts in a row the destination trips;
+/// its jobs are held, and one probe delivery is tried after each `cool_down`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CircuitSettings {
+    pub failures: u32,
+    #[serde(default = "default_cool_down")]
+    pub cool_down: String,
+}
+
+fn default_cool_down() -> String {
+    "1m".into()
 }
 
 fn default_max_in_flight() -> usize {

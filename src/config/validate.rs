@@ -134,6 +134,15 @@ pub struct Destination {
     /// `headers`, resolved: sent with every delivery, values marked sensitive (never in
     /// `Debug`, so never in a log line).
     pub headers: reqwest::header::HeaderMap,
+    pub circuit: Option<Circuit>,
+}
+
+/// A destination's circuit breaker: trips after `failures` failed attempts in a row, then
+/// probes once per `cool_down` until an attempt succeeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Circuit {
+    pub failures: u32,
+    pub cool_down: Duration,
 }
 
 impl std::fmt::Debug for Destination {
@@ -354,6 +363,22 @@ impl GatewayConfig {
                 return Err(invalid(key("name"), format!("{name} is defined twice")));
             }
             let headers = super::destination_headers::destination_headers(i, &dest.headers)?;
+            let circuit = match &dest.circuit {
+                None => None,
+                Some(c) => {
+                    if c.failures == 0 {
+                        return Err(invalid(key("circuit.failures"), "must be positive"));
+                    }
+                    let cool_down = duration(&key("circuit.cool_down"), &c.cool_down)?;
+                    if cool_down < Duration::from_secs(1) {
+                        return Err(invalid(key("circuit.cool_down"), "must be at least 1s"));
+                    }
+                    Some(Circuit {
+                        failures: c.failures,
+                        cool_down,
+                    })
+                }
+            };
             destinations.insert(
                 name.to_string(),
                 Arc::new(Destination {
@@ -364,6 +389,7 @@ impl GatewayConfig {
                     timeout,
                     max_in_flight: dest.max_in_flight,
                     headers,
+                    circuit,
                 }),
             );
         }

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::RetryPolicy;
 use crate::domain::JobId;
 use crate::store::{
-    AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, JobOutcome, JobUpdate, JobWaker,
-    Store, StoreError,
+    AttemptOutcome, AttemptRecord, CircuitChange, ClaimedJob, ExpiredLease, Hold, JobOutcome,
+    JobUpdate, JobWaker, Store, StoreError,
 };
 
 /// The queue over a store. Cheap to clone.
@@ -43,9 +43,37 @@ impl JobQueue {
             .await
     }
 
-    /// The destinations whose jobs are held (paused): not claimed, and not handed off.
-    pub async fn held(&self) -> Result<Vec<String>, StoreError> {
-        self.store.held_destinations().await
+    /// The destinations whose jobs are held (paused, or tripped by a circuit breaker): not
+    /// claimed but for a tripped one's probe, and not handed off.
+    pub async fn holds(&self) -> Result<Vec<Hold>, StoreError> {
+        self.store.destination_holds().await
+    }
+
+    /// Counts an attempt toward a destination's circuit breaker
+    /// (`Store::record_circuit_attempt`).
+    pub async fn count_toward_circuit(
+        &self,
+        destination: &str,
+        succeeded: bool,
+        failures: u32,
+        cool_down: chrono::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Option<CircuitChange>, StoreError> {
+        self.store
+            .record_circuit_attempt(destination, succeeded, failures, cool_down, now)
+            .await
+    }
+
+    /// A tripped destination's probe, if it is due and no one (in any process) took it.
+    pub async fn take_probe(
+        &self,
+        destination: &str,
+        now: DateTime<Utc>,
+        cool_down: Duration,
+    ) -> Result<bool, StoreError> {
+        let next =
+            now + chrono::Duration::from_std(cool_down).unwrap_or(chrono::Duration::minutes(1));
+        self.store.take_probe(destination, now, next).await
     }
 
     /// Records the outcomes of many attempts in one transaction; whether each claim still

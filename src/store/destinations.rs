@@ -12,11 +12,31 @@ use super::{SavedResponse, Store, StoreError};
 /// this many.
 pub const RECENT_ATTEMPTS: i64 = 10_000;
 
+/// A destination whose jobs are held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub destination: String,
+    /// Paused by an operator (else tripped by its circuit breaker).
+    pub paused: bool,
+    /// When a tripped destination's next probe is due.
+    pub probe_at: Option<DateTime<Utc>>,
+}
+
+/// A circuit breaker's change of state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CircuitChange {
+    Tripped,
+    Recovered,
+}
+
 /// A destination as the admin API shows it, for one tenant's jobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DestinationStats {
     /// Set while an operator has the destination paused.
     pub paused_at: Option<DateTime<Utc>>,
+    /// Set while its circuit breaker has it tripped, with when the next probe is due.
+    pub tripped_at: Option<DateTime<Utc>>,
+    pub probe_at: Option<DateTime<Utc>>,
     /// Pending jobs due now.
     pub jobs_due: i64,
     /// The due time of the oldest of them.
@@ -45,8 +65,115 @@ const RECENT: &str = "\
 impl Store {
     /// The destinations paused now.
     pub async fn held_destinations(&self) -> Result<Vec<String>, StoreError> {
-        const SQL: &str = "SELECT destination FROM destination_states WHERE paused_at IS NOT NULL";
-        Ok(dispatch!(self, s => sqlx::query_scalar(SQL).fetch_all(&s.pool).await?))
+        Ok(self
+            .destination_holds()
+            .await?
+            .into_iter()
+            .filter(|h| h.paused)
+            .map(|h| h.destination)
+            .collect())
+    }
+
+    /// Every destination whose jobs are held: paused, or tripped by its circuit breaker.
+    pub async fn destination_holds(&self) -> Result<Vec<Hold>, StoreError> {
+        const SQL: &str = "SELECT destination, paused_at IS NOT NULL, probe_at \
+            FROM destination_states WHERE paused_at IS NOT NULL OR tripped_at IS NOT NULL";
+        let rows: Vec<(String, bool, Option<At>)> =
+            dispatch!(self, s => sqlx::query_as(SQL).fetch_all(&s.pool).await?);
+        Ok(rows
+            .into_iter()
+            .map(|(destination, paused, probe_at)| Hold {
+                destination,
+                paused,
+                probe_at: probe_at.map(|t| t.0),
+            })
+            .collect())
+    }
+
+    /// Takes a tripped destination's probe: true for exactly one caller per cool-down, in any
+    /// process, once `probe_at` has passed; the next probe is then due at `next`.
+    pub async fn take_probe(
+        &self,
+        destination: &str,
+        now: DateTime<Utc>,
+        next: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE destination_states SET probe_at = $3, updated_at = $2 \
+            WHERE destination = $1 AND tripped_at IS NOT NULL AND paused_at IS NULL \
+            AND probe_at <= $2";
+        let done = dispatch!(self, s => sqlx::query(SQL)
+            .bind(destination)
+            .bind(At(now))
+            .bind(At(next))
+            .execute(&s.pool)
+            .await?
+            .rows_affected());
+        Ok(done == 1)
+    }
+
+    /// Counts an attempt's result toward the destination's circuit breaker: a success closes
+    /// it (the streak starts again), a failure lengthens the streak, and the `failures`-th
+    /// in a row trips it, with the first probe due after `cool_down`; a failed probe puts the
+    /// next one a `cool_down` later. Returns the change, if any.
+    pub async fn record_circuit_attempt(
+        &self,
+        destination: &str,
+        succeeded: bool,
+        failures: u32,
+        cool_down: chrono::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Option<CircuitChange>, StoreError> {
+        const READ: &str =
+            "SELECT failure_streak, tripped_at IS NOT NULL, probe_at FROM destination_states \
+             WHERE destination = $1";
+        const WRITE: &str = "\
+            INSERT INTO destination_states (destination, failure_streak, tripped_at, probe_at, \
+                updated_at) VALUES ($1, $2, $3, $4, $5) \
+            ON CONFLICT (destination) DO UPDATE SET failure_streak = excluded.failure_streak, \
+                tripped_at = CASE WHEN $6 THEN destination_states.tripped_at \
+                    ELSE excluded.tripped_at END, \
+                probe_at = excluded.probe_at, updated_at = excluded.updated_at";
+        // The row is made to exist and locked (on PostgreSQL; SQLite's write lock serialises
+        // anyway) before it is read, so concurrent attempts in any process count one by one.
+        const LOCK: &str = "INSERT INTO destination_states (destination, updated_at) \
+            VALUES ($1, $2) ON CONFLICT (destination) DO UPDATE SET updated_at = excluded.updated_at";
+        let change = in_write_tx!(self, tx => {
+            sqlx::query(LOCK)
+                .bind(destination)
+                .bind(At(now))
+                .execute(&mut *tx)
+                .await?;
+            let (streak, tripped, probe_at): (i32, bool, Option<At>) = sqlx::query_as(READ)
+                .bind(destination)
+                .fetch_one(&mut *tx)
+                .await?;
+            let (streak, trips, change) = if succeeded {
+                (0, false, tripped.then_some(CircuitChange::Recovered))
+            } else {
+                let streak = streak.saturating_add(1);
+                let trips = tripped || streak >= failures as i32;
+                let change = (trips && !tripped).then_some(CircuitChange::Tripped);
+                (streak, trips, change)
+            };
+            // A failed probe puts the next a cool-down later, never earlier than the probe's
+            // taker already did.
+            let next_probe = At(now + cool_down);
+            let probe_at = trips.then(|| probe_at.map_or(next_probe, |p| p.max(next_probe)));
+            sqlx::query(WRITE)
+                .bind(destination)
+                .bind(streak)
+                .bind(trips.then_some(At(now)))
+                .bind(probe_at)
+                .bind(At(now))
+                .bind(trips && tripped)
+                .execute(&mut *tx)
+                .await?;
+            change
+        });
+        if change == Some(CircuitChange::Recovered) {
+            self.wake_workers();
+        }
+        Ok(change)
     }
 
     /// Pauses (`paused`) or resumes a destination, saving the admin response with it. A
@@ -89,11 +216,14 @@ impl Store {
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<DestinationStats, StoreError> {
-        const STATE: &str = "SELECT paused_at FROM destination_states WHERE destination = $1";
-        let paused_at: Option<Option<At>> = dispatch!(self, s => sqlx::query_scalar(STATE)
+        const STATE: &str = "SELECT paused_at, tripped_at, probe_at FROM destination_states \
+            WHERE destination = $1";
+        type State = (Option<At>, Option<At>, Option<At>);
+        let state: Option<State> = dispatch!(self, s => sqlx::query_as(STATE)
             .bind(destination)
             .fetch_optional(&s.pool)
             .await?);
+        let (paused_at, tripped_at, probe_at) = state.unwrap_or_default();
         let (jobs_due, oldest): (i64, Option<At>) = dispatch!(self, s => sqlx::query_as(DUE)
             .bind(destination)
             .bind(At(now))
@@ -113,7 +243,9 @@ impl Store {
             .map(|(o, _)| o.as_str())
             .collect();
         Ok(DestinationStats {
-            paused_at: paused_at.flatten().map(|t| t.0),
+            paused_at: paused_at.map(|t| t.0),
+            tripped_at: tripped_at.map(|t| t.0),
+            probe_at: probe_at.map(|t| t.0),
             jobs_due,
             oldest_due_at: oldest.map(|t| t.0),
             recent_attempts: in_window.len() as i64,

@@ -80,7 +80,7 @@ pub use admin_types::{
     BulkProgress, DeadLetterFilter, EventFilter, EventStatus, EventSummary, IdempotencyBegin,
     JobWithEvent, NewJob, PageCursor, ProgressKey, ReplayRouting, SavedResponse,
 };
-pub use destinations::{DestinationStats, RECENT_ATTEMPTS};
+pub use destinations::{CircuitChange, DestinationStats, Hold, RECENT_ATTEMPTS};
 pub use group_commit::{GroupCommit, Pacing};
 pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;

@@ -6,10 +6,12 @@ use chrono::Utc;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 use super::crash::{CrashPoint, CrashPoints};
-use crate::config::GatewayConfig;
+use crate::config::{Circuit, GatewayConfig};
 use crate::delivery::{Deliverer, Delivery};
 use crate::queue::{JobQueue, NextStep, Verdict};
-use crate::store::{AttemptOutcome, AttemptRecord, ClaimedJob, GroupCommit, JobOutcome, JobUpdate};
+use crate::store::{
+    AttemptOutcome, AttemptRecord, CircuitChange, ClaimedJob, GroupCommit, JobOutcome, JobUpdate,
+};
 use crate::telemetry::Metrics;
 
 pub(super) struct Context {
@@ -117,6 +119,11 @@ impl Context {
             .delivery_duration
             .with_label_values(&[&job.destination])
             .observe(report.duration.as_secs_f64());
+        if let Some(circuit) = destination.circuit {
+            let succeeded = matches!(report.verdict, Verdict::Delivered);
+            self.count_toward_circuit(&job.destination, succeeded, circuit, now)
+                .await;
+        }
         if self.crash.hit(CrashPoint::BeforeOutcome) {
             return false;
         }
@@ -129,6 +136,38 @@ impl Context {
             outcome,
         );
         self.finish(&job, update, record).await
+    }
+
+    /// Counts the attempt toward the destination's circuit breaker. A failure to record it
+    /// is logged, never the job's failure: the breaker is a brake, and the next attempt
+    /// counts again.
+    async fn count_toward_circuit(
+        &self,
+        destination: &str,
+        succeeded: bool,
+        circuit: Circuit,
+        now: chrono::DateTime<Utc>,
+    ) {
+        let cool_down =
+            chrono::Duration::from_std(circuit.cool_down).unwrap_or(chrono::Duration::minutes(1));
+        match self
+            .queue
+            .count_toward_circuit(destination, succeeded, circuit.failures, cool_down, now)
+            .await
+        {
+            Ok(Some(CircuitChange::Tripped)) => tracing::warn!(
+                destination,
+                failures = circuit.failures,
+                "destination tripped: its jobs are held, and one is tried after each cool-down"
+            ),
+            Ok(Some(CircuitChange::Recovered)) => {
+                tracing::info!(destination, "destination recovered: its held jobs go out")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(destination, error = %e, "could not count the attempt toward the circuit breaker")
+            }
+        }
     }
 
     fn record(

@@ -273,11 +273,27 @@ impl Worker {
         // Read at every round: a pause in any process stops this one's hand-offs from its
         // next round, which the pause's wake-up starts at once. The claim statement also
         // skips a paused destination, so a pause between this read and the claim holds too.
-        let held = self.queue.held().await?;
+        let holds = self.queue.holds().await?;
         for (name, slots) in &self.per_destination {
-            if held.contains(name) {
+            let mut limit = usize::MAX;
+            if let Some(hold) = holds.iter().find(|h| &h.destination == name) {
                 self.handoff.set_keeping_up(name, false);
-                continue;
+                let circuit = self.config.destinations.get(name).and_then(|d| d.circuit);
+                match (hold.paused, circuit) {
+                    (true, _) => continue,
+                    // Tripped: one probe per cool-down, in all processes together.
+                    (false, Some(c)) if hold.probe_at.is_some_and(|t| t <= now) => {
+                        if slots.available_permits() == 0
+                            || !self.queue.take_probe(name, now, c.cool_down).await?
+                        {
+                            continue;
+                        }
+                        limit = 1;
+                    }
+                    (false, Some(_)) => continue,
+                    // Tripped, but the destination no longer has a breaker: not held.
+                    (false, None) => {}
+                }
             }
             let room = slots
                 .available_permits()
@@ -288,13 +304,16 @@ impl Worker {
                 claims.out_of_room = true;
                 continue;
             }
+            let room = room.min(limit);
             let jobs = self
                 .queue
                 .claim(name, room as i64, now, now + lease)
                 .await?;
             let backlog = jobs.len() == room;
             claims.backlog |= backlog;
-            self.handoff.set_keeping_up(name, !backlog);
+            if limit == usize::MAX {
+                self.handoff.set_keeping_up(name, !backlog);
+            }
             for job in jobs {
                 claims.claimed += 1;
                 let permits = match (

@@ -6,6 +6,7 @@ use hookgate_testkit::both_backends;
 
 mod admin;
 mod bulk;
+mod circuit;
 mod concurrency;
 mod console_sessions;
 mod crash;
