@@ -1,11 +1,12 @@
 //! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
 
-mod destination_headers;
+mod destination;
 mod routes;
 mod secret;
 mod settings;
 mod validate;
 
+pub use destination::{Circuit, Destination};
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, AdminSettings, AdminTokenSettings, CircuitSettings, DatabaseSettings,
@@ -13,8 +14,8 @@ pub use settings::{
     SourceSettings, WorkerSettings,
 };
 pub use validate::{
-    AdminConfig, AdminToken, Circuit, DatabaseConfig, Destination, GatewayConfig, LogFormat,
-    MetricsConfig, ServerConfig, Source, SqliteSynchronous, WorkerConfig,
+    AdminConfig, AdminToken, DatabaseConfig, GatewayConfig, LogFormat, MetricsConfig, ServerConfig,
+    Source, SqliteSynchronous, WorkerConfig,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::destination::Destination;
 use super::settings::SourceSettings;
-use super::validate::Destination;
 use super::ConfigError;
 use crate::routing::{EventTypePattern, Filter, Route, RouteTable, MAX_ROUTE_DELAY};
 

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretSlice};
+use secrecy::ExposeSecret;
 use sha2::Digest as _;
 
+use super::destination::Destination;
 use super::secret::resolve_secret;
 use super::settings::Settings;
 use super::ConfigError;
 use crate::domain::Name;
-use crate::queue::RetryPolicy;
 use crate::routing::RouteTable;
 use crate::verify::{ProviderRegistry, SourceOverrides, SourceVerifier};
 
@@ -123,38 +123,6 @@ pub struct Source {
     pub rate_limit: Option<(u32, u32)>,
 }
 
-pub struct Destination {
-    pub name: Name,
-    pub url: url::Url,
-    /// The decoded `whsec_` key that signs forwarded deliveries.
-    pub signing_key: SecretSlice<u8>,
-    pub retry_policy: RetryPolicy,
-    pub timeout: Duration,
-    pub max_in_flight: usize,
-    /// `headers`, resolved: sent with every delivery, values marked sensitive (never in
-    /// `Debug`, so never in a log line).
-    pub headers: reqwest::header::HeaderMap,
-    pub circuit: Option<Circuit>,
-}
-
-/// A destination's circuit breaker: trips after `failures` failed attempts in a row, then
-/// probes once per `cool_down` until an attempt succeeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Circuit {
-    pub failures: u32,
-    pub cool_down: Duration,
-}
-
-impl std::fmt::Debug for Destination {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Destination")
-            .field("name", &self.name)
-            .field("url", &self.url.as_str())
-            .field("retry_policy", &self.retry_policy)
-            .finish_non_exhaustive()
-    }
-}
-
 #[derive(Debug)]
 pub struct GatewayConfig {
     pub server: ServerConfig,
@@ -168,14 +136,14 @@ pub struct GatewayConfig {
     pub destinations: BTreeMap<String, Arc<Destination>>,
 }
 
-fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
         problem: problem.into(),
     }
 }
 
-fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
+pub(super) fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(value).map_err(|e| {
         invalid(
             key,
@@ -323,75 +291,14 @@ impl GatewayConfig {
 
         let mut destinations = BTreeMap::new();
         for (i, dest) in settings.destinations.iter().enumerate() {
-            let key = |k: &str| format!("destinations[{i}].{k}");
-            let name = Name::parse("destination name", &dest.name)
-                .map_err(|e| invalid(key("name"), e.to_string()))?;
-            let url = url::Url::parse(&dest.url)
-                .ok()
-                .filter(|u| matches!(u.scheme(), "http" | "https"))
-                .ok_or_else(|| invalid(key("url"), "must be an http:// or https:// URL"))?;
-            let secret = resolve_secret(&dest.signing_secret)
-                .map_err(|p| invalid(key("signing_secret"), p))?;
-            let signing_key = secret
-                .expose_secret()
-                .strip_prefix("whsec_")
-                .and_then(|b| crate::verify::decode_base64_lenient(b).ok())
-                .filter(|k| !k.is_empty())
-                .ok_or_else(|| {
-                    invalid(
-                        key("signing_secret"),
-                        "must be \"whsec_\" followed by base64 (generate one with `openssl rand -base64 32`)",
-                    )
-                })?;
-            if dest.retry_schedule.is_empty() {
-                return Err(invalid(key("retry_schedule"), "is empty"));
+            let destination = super::destination::destination(i, dest)?;
+            if destinations.contains_key(destination.name.as_str()) {
+                return Err(invalid(
+                    format!("destinations[{i}].name"),
+                    format!("{} is defined twice", destination.name),
+                ));
             }
-            let retry_schedule = dest
-                .retry_schedule
-                .iter()
-                .enumerate()
-                .map(|(j, v)| duration(&format!("destinations[{i}].retry_schedule[{j}]"), v))
-                .collect::<Result<Vec<_>, _>>()?;
-            let timeout = duration(&key("timeout"), &dest.timeout)?;
-            if timeout.is_zero() {
-                return Err(invalid(key("timeout"), "must be positive"));
-            }
-            if dest.max_in_flight == 0 {
-                return Err(invalid(key("max_in_flight"), "must be positive"));
-            }
-            if destinations.contains_key(name.as_str()) {
-                return Err(invalid(key("name"), format!("{name} is defined twice")));
-            }
-            let headers = super::destination_headers::destination_headers(i, &dest.headers)?;
-            let circuit = match &dest.circuit {
-                None => None,
-                Some(c) => {
-                    if c.failures == 0 {
-                        return Err(invalid(key("circuit.failures"), "must be positive"));
-                    }
-                    let cool_down = duration(&key("circuit.cool_down"), &c.cool_down)?;
-                    if cool_down < Duration::from_secs(1) {
-                        return Err(invalid(key("circuit.cool_down"), "must be at least 1s"));
-                    }
-                    Some(Circuit {
-                        failures: c.failures,
-                        cool_down,
-                    })
-                }
-            };
-            destinations.insert(
-                name.to_string(),
-                Arc::new(Destination {
-                    name,
-                    url,
-                    signing_key: signing_key.into(),
-                    retry_policy: RetryPolicy::new(retry_schedule),
-                    timeout,
-                    max_in_flight: dest.max_in_flight,
-                    headers,
-                    circuit,
-                }),
-            );
+            destinations.insert(destination.name.to_string(), Arc::new(destination));
         }
 
         let mut sources = BTreeMap::new();

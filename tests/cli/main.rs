@@ -121,6 +121,18 @@ fn check_rejects_bad_configs_naming_the_key() {
         &[],
         "sources[0].routes[0].match_headers.x-a",
     );
+    let circuit = |table: &str| format!("{VALID}[destinations.circuit]\n{table}\n");
+    assert!(check(&circuit("failures = 20\ncool_down = \"1m\""), &[]).status.success());
+    assert_rejected_naming(
+        &circuit("failures = 0"),
+        &[],
+        "`destinations[0].circuit.failures` must be positive",
+    );
+    assert_rejected_naming(
+        &circuit("failures = 5\ncool_down = \"500ms\""),
+        &[],
+        "`destinations[0].circuit.cool_down` must be at least 1s",
+    );
     assert_rejected_naming(
         &VALID.replace("whsec_c2VjcmV0LXNpZ25pbmcta2V5", "plain"),
         &[],

@@ -1,0 +1,224 @@
+//! One `[[destinations]]` table as the gateway uses it: its URL, signing key, retry policy and
+//! limits, its extra request headers (secret references resolved at load, values kept out of
+//! every `Debug` and log line) and its circuit breaker.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretSlice};
+
+use super::secret::resolve_secret;
+use super::settings::DestinationSettings;
+use super::validate::{duration, invalid};
+use super::ConfigError;
+use crate::domain::Name;
+use crate::queue::RetryPolicy;
+
+pub struct Destination {
+    pub name: Name,
+    pub url: url::Url,
+    /// The decoded `whsec_` key that signs forwarded deliveries.
+    pub signing_key: SecretSlice<u8>,
+    pub retry_policy: RetryPolicy,
+    pub timeout: Duration,
+    pub max_in_flight: usize,
+    /// `headers`, resolved: sent with every delivery, values marked sensitive (never in
+    /// `Debug`, so never in a log line).
+    pub headers: reqwest::header::HeaderMap,
+    pub circuit: Option<Circuit>,
+}
+
+/// A destination's circuit breaker: trips after `failures` failed attempts in a row, then
+/// probes once per `cool_down` until an attempt succeeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Circuit {
+    pub failures: u32,
+    pub cool_down: Duration,
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Destination")
+            .field("name", &self.name)
+            .field("url", &self.url.as_str())
+            .field("retry_policy", &self.retry_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `destinations[i]`, every value checked; errors name the key.
+pub(super) fn destination(
+    i: usize,
+    dest: &DestinationSettings,
+) -> Result<Destination, ConfigError> {
+    let key = |k: &str| format!("destinations[{i}].{k}");
+    let name = Name::parse("destination name", &dest.name)
+        .map_err(|e| invalid(key("name"), e.to_string()))?;
+    let url = url::Url::parse(&dest.url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| invalid(key("url"), "must be an http:// or https:// URL"))?;
+    let secret =
+        resolve_secret(&dest.signing_secret).map_err(|p| invalid(key("signing_secret"), p))?;
+    let signing_key = secret
+        .expose_secret()
+        .strip_prefix("whsec_")
+        .and_then(|b| crate::verify::decode_base64_lenient(b).ok())
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| {
+            invalid(
+                key("signing_secret"),
+                "must be \"whsec_\" followed by base64 (generate one with `openssl rand -base64 32`)",
+            )
+        })?;
+    if dest.retry_schedule.is_empty() {
+        return Err(invalid(key("retry_schedule"), "is empty"));
+    }
+    let retry_schedule = dest
+        .retry_schedule
+        .iter()
+        .enumerate()
+        .map(|(j, v)| duration(&format!("destinations[{i}].retry_schedule[{j}]"), v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let timeout = duration(&key("timeout"), &dest.timeout)?;
+    if timeout.is_zero() {
+        return Err(invalid(key("timeout"), "must be positive"));
+    }
+    if dest.max_in_flight == 0 {
+        return Err(invalid(key("max_in_flight"), "must be positive"));
+    }
+    let headers = destination_headers(i, &dest.headers)?;
+    let circuit = match &dest.circuit {
+        None => None,
+        Some(c) => {
+            if c.failures == 0 {
+                return Err(invalid(key("circuit.failures"), "must be positive"));
+            }
+            let cool_down = duration(&key("circuit.cool_down"), &c.cool_down)?;
+            if cool_down < Duration::from_secs(1) {
+                return Err(invalid(key("circuit.cool_down"), "must be at least 1s"));
+            }
+            Some(Circuit {
+                failures: c.failures,
+                cool_down,
+            })
+        }
+    };
+    Ok(Destination {
+        name,
+        url,
+        signing_key: signing_key.into(),
+        retry_policy: RetryPolicy::new(retry_schedule),
+        timeout,
+        max_in_flight: dest.max_in_flight,
+        headers,
+        circuit,
+    })
+}
+
+/// Headers hookgate sets on a delivery itself: a destination's `headers` may not replace
+/// them (the signature, what the body is, the connection's framing).
+const RESERVED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "host",
+];
+
+/// `destinations[i].headers`: each name a valid header name that is not hookgate's own
+/// (`webhook-*`, `hookgate-*`, framing), each value a resolved secret reference.
+fn destination_headers(
+    i: usize,
+    configured: &BTreeMap<String, secrecy::SecretString>,
+) -> Result<reqwest::header::HeaderMap, ConfigError> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    use secrecy::ExposeSecret;
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, reference) in configured {
+        let key = format!("destinations[{i}].headers.{name}");
+        let parsed = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid(key.clone(), "is not a valid header name"))?;
+        let lower = parsed.as_str();
+        if RESERVED_HEADERS.contains(&lower)
+            || lower.starts_with("webhook-")
+            || lower.starts_with("hookgate-")
+        {
+            return Err(invalid(
+                key,
+                "is a header hookgate sets on every delivery itself",
+            ));
+        }
+        let value =
+            super::secret::resolve_secret(reference).map_err(|p| invalid(key.clone(), p))?;
+        let mut value = HeaderValue::from_str(value.expose_secret())
+            .map_err(|_| invalid(key, "is not a valid header value (control characters?)"))?;
+        value.set_sensitive(true);
+        headers.insert(parsed, value);
+    }
+    Ok(headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use secrecy::SecretString;
+
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> Result<reqwest::header::HeaderMap, String> {
+        let configured: BTreeMap<String, SecretString> = pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), SecretString::from((*v).to_owned())))
+            .collect();
+        destination_headers(2, &configured).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn values_resolve_and_never_show_in_debug() {
+        let h = headers(&[("Authorization", "Bearer t0ken-value")]).unwrap();
+        assert_eq!(h["authorization"], "Bearer t0ken-value");
+        assert!(h["authorization"].is_sensitive());
+        assert!(!format!("{h:?}").contains("t0ken"));
+    }
+
+    #[test]
+    fn hookgate_s_own_headers_and_bad_names_are_refused_naming_the_key() {
+        for (name, value, expected) in [
+            (
+                "Webhook-Signature",
+                "x",
+                "`destinations[2].headers.Webhook-Signature` is a header hookgate sets",
+            ),
+            (
+                "hookgate-source",
+                "x",
+                "`destinations[2].headers.hookgate-source` is a header hookgate sets",
+            ),
+            (
+                "Content-Type",
+                "x",
+                "`destinations[2].headers.Content-Type` is a header hookgate sets",
+            ),
+            (
+                "bad name",
+                "x",
+                "`destinations[2].headers.bad name` is not a valid header name",
+            ),
+            (
+                "X-A",
+                "env:HOOKGATE_TEST_UNSET_VARIABLE",
+                "`destinations[2].headers.X-A` names environment variable",
+            ),
+            (
+                "X-B",
+                "a\u{1}b",
+                "`destinations[2].headers.X-B` is not a valid header value",
+            ),
+        ] {
+            let err = headers(&[(name, value)]).unwrap_err();
+            assert!(err.contains(expected), "{name}: {err}");
+            assert!(!err.contains("a\u{1}b"));
+        }
+    }
+}
