@@ -9,6 +9,10 @@ CREATE TABLE destination_states (
     failure_streak INTEGER NOT NULL DEFAULT 0,
     tripped_at  TIMESTAMPTZ,
     probe_at    TIMESTAMPTZ,
+    -- The delivery rate limit's token bucket (destinations with a rate_limit): the tokens
+    -- left at refilled_at; NULL is a full bucket.
+    tokens      DOUBLE PRECISION,
+    refilled_at TIMESTAMPTZ,
     updated_at  TIMESTAMPTZ NOT NULL
 );
 

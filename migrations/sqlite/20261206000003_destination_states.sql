@@ -9,6 +9,10 @@ CREATE TABLE destination_states (
     failure_streak INTEGER NOT NULL DEFAULT 0,
     tripped_at  INTEGER,
     probe_at    INTEGER,
+    -- The delivery rate limit's token bucket (destinations with a rate_limit): the tokens
+    -- left at refilled_at; NULL is a full bucket.
+    tokens      REAL,
+    refilled_at INTEGER,
     updated_at  INTEGER NOT NULL
 );
 

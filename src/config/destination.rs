@@ -26,6 +26,42 @@ pub struct Destination {
     /// `Debug`, so never in a log line).
     pub headers: reqwest::header::HeaderMap,
     pub circuit: Option<Circuit>,
+    /// Deliveries per second over every process on the database.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A destination's delivery rate limit: a token bucket kept in the database, so every
+/// process on it draws from the same one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Tokens (deliveries) added per second.
+    pub per_second: f64,
+    /// The most tokens the bucket holds: a tenth of a second's worth, at least one, so the
+    /// rate is smooth rather than a burst at the start of each second.
+    pub burst: f64,
+}
+
+impl RateLimit {
+    /// `"50/s"`, `"3000/min"` or `"100000/h"`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let problem = || format!("is {text:?}, not a rate like \"50/s\" or \"3000/min\"");
+        let (count, unit) = text.split_once('/').ok_or_else(problem)?;
+        let count: f64 = count.trim().parse().map_err(|_| problem())?;
+        let seconds = match unit.trim() {
+            "s" | "sec" | "second" => 1.0,
+            "m" | "min" | "minute" => 60.0,
+            "h" | "hour" => 3600.0,
+            _ => return Err(problem()),
+        };
+        if !(count.is_finite() && count > 0.0) {
+            return Err("must be a positive rate".into());
+        }
+        let per_second = count / seconds;
+        Ok(Self {
+            per_second,
+            burst: (per_second / 10.0).max(1.0),
+        })
+    }
 }
 
 /// A destination's circuit breaker: trips after `failures` failed attempts in a row, then
@@ -104,6 +140,12 @@ pub(super) fn destination(
             })
         }
     };
+    let rate_limit = dest
+        .rate_limit
+        .as_deref()
+        .map(RateLimit::parse)
+        .transpose()
+        .map_err(|p| invalid(key("rate_limit"), p))?;
     Ok(Destination {
         name,
         url,
@@ -113,6 +155,7 @@ pub(super) fn destination(
         max_in_flight: dest.max_in_flight,
         headers,
         circuit,
+        rate_limit,
     })
 }
 

@@ -6,7 +6,7 @@ mod secret;
 mod settings;
 mod validate;
 
-pub use destination::{Circuit, Destination};
+pub use destination::{Circuit, Destination, RateLimit};
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, AdminSettings, AdminTokenSettings, CircuitSettings, DatabaseSettings,

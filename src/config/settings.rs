@@ -397,6 +397,9 @@ pub struct DestinationSettings {
     pub headers: std::collections::BTreeMap<String, SecretString>,
     /// A circuit breaker (`[destinations.circuit]`); none when absent.
     pub circuit: Option<CircuitSettings>,
+    /// Deliveries per second or minute over all processes sharing the database
+    /// (`"50/s"`, `"3000/min"`); unlimited when absent.
+    pub rate_limit: Option<String>,
 }
 
 /// `[destinations.circuit]`: after `failures` failed attempts in a row the destination trips;

@@ -12,7 +12,7 @@ main{padding:1rem 1.2rem}table{border-collapse:collapse;width:100%;background:#f
 th,td{border-bottom:1px solid #e3e6ea;padding:.35rem .5rem;text-align:left;font-size:.9rem;vertical-align:top}\
 th{background:#eef1f4}pre{background:#fff;border:1px solid #e3e6ea;padding:.6rem;overflow:auto;font-size:.85rem}\
 .status-succeeded{color:#137333}.status-failed{color:#b3261e}.status-pending{color:#8a5a00}\
-.state-paused{color:#8a5a00;font-weight:600}.state-active{color:#137333}\
+.state-paused{color:#8a5a00;font-weight:600}.state-tripped{color:#b3261e;font-weight:600}.state-active{color:#137333}\
 .notice{background:#e6f4ea;border:1px solid #b7dfc0;padding:.5rem;margin-bottom:.8rem}\
 .error{background:#fce8e6;border:1px solid #f4c7c3;padding:.5rem;margin-bottom:.8rem}\
 form.inline{display:inline}fieldset{border:1px solid #e3e6ea;background:#fff;margin-bottom:.8rem}\

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::RetryPolicy;
+use crate::config::RateLimit;
 use crate::domain::JobId;
 use crate::store::{
     AttemptOutcome, AttemptRecord, CircuitChange, ClaimedJob, ExpiredLease, Hold, JobOutcome,
@@ -61,6 +62,34 @@ impl JobQueue {
     ) -> Result<Option<CircuitChange>, StoreError> {
         self.store
             .record_circuit_attempt(destination, succeeded, failures, cool_down, now)
+            .await
+    }
+
+    /// Up to `want` deliveries' worth of the destination's rate limit, shared by every
+    /// process on the database; with none, when the next is due (`Store::take_tokens`).
+    pub async fn take_tokens(
+        &self,
+        destination: &str,
+        want: usize,
+        rate: RateLimit,
+        now: DateTime<Utc>,
+    ) -> Result<(usize, Option<DateTime<Utc>>), StoreError> {
+        let (taken, next) = self
+            .store
+            .take_tokens(destination, want as i64, rate.per_second, rate.burst, now)
+            .await?;
+        Ok((taken.max(0) as usize, next))
+    }
+
+    /// Puts back tokens that found no due job.
+    pub async fn give_back_tokens(
+        &self,
+        destination: &str,
+        unused: usize,
+        rate: RateLimit,
+    ) -> Result<(), StoreError> {
+        self.store
+            .give_back_tokens(destination, unused as i64, rate.burst)
             .await
     }
 

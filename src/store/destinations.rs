@@ -207,6 +207,76 @@ impl Store {
         Ok(())
     }
 
+    /// Takes up to `want` tokens from the destination's rate-limit bucket, shared by every
+    /// process on the database: the bucket gains `per_second` tokens a second up to `burst`,
+    /// and a whole token is one delivery. Returns how many it took, and when the next whole
+    /// token will be there if it took none.
+    pub async fn take_tokens(
+        &self,
+        destination: &str,
+        want: i64,
+        per_second: f64,
+        burst: f64,
+        now: DateTime<Utc>,
+    ) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
+        const LOCK: &str = "INSERT INTO destination_states (destination, updated_at) \
+            VALUES ($1, $2) ON CONFLICT (destination) DO UPDATE SET updated_at = excluded.updated_at";
+        const READ: &str =
+            "SELECT tokens, refilled_at FROM destination_states WHERE destination = $1";
+        const WRITE: &str = "UPDATE destination_states SET tokens = $2, refilled_at = $3 \
+            WHERE destination = $1";
+        let taken = in_write_tx!(self, tx => {
+            sqlx::query(LOCK)
+                .bind(destination)
+                .bind(At(now))
+                .execute(&mut *tx)
+                .await?;
+            let (tokens, refilled_at): (Option<f64>, Option<At>) = sqlx::query_as(READ)
+                .bind(destination)
+                .fetch_one(&mut *tx)
+                .await?;
+            let elapsed = refilled_at
+                .map_or(0.0, |t| (now - t.0).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6)
+                .max(0.0);
+            let available = tokens.map_or(burst, |t| (t + elapsed * per_second).min(burst));
+            let taken = (available.floor() as i64).clamp(0, want.max(0));
+            sqlx::query(WRITE)
+                .bind(destination)
+                .bind(available - taken as f64)
+                .bind(At(now))
+                .execute(&mut *tx)
+                .await?;
+            (taken, available - taken as f64)
+        });
+        let (taken, left) = taken;
+        let next = (taken == 0).then(|| {
+            let wait = ((1.0 - left) / per_second).max(0.0);
+            now + chrono::Duration::microseconds((wait * 1e6).ceil() as i64)
+        });
+        Ok((taken, next))
+    }
+
+    /// Puts back tokens taken for deliveries that did not happen (fewer jobs were due).
+    pub async fn give_back_tokens(
+        &self,
+        destination: &str,
+        n: i64,
+        burst: f64,
+    ) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE destination_states SET tokens = \
+            CASE WHEN tokens + $2 > $3 THEN $3 ELSE tokens + $2 END WHERE destination = $1";
+        if n > 0 {
+            dispatch!(self, s => sqlx::query(SQL)
+                .bind(destination)
+                .bind(n as f64)
+                .bind(burst)
+                .execute(&s.pool)
+                .await?
+                .rows_affected());
+        }
+        Ok(())
+    }
+
     /// The destination's state and, of `tenant`'s jobs, the queue due by `now` and the
     /// attempts since `since` (at most `RECENT_ATTEMPTS`).
     pub async fn destination_stats(

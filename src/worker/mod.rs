@@ -184,12 +184,22 @@ impl Worker {
                             std::future::pending().await
                         }
                     };
+                    let token = async {
+                        match claims.next_token {
+                            Some(at) => {
+                                let wait = (at - Utc::now()).to_std().unwrap_or_default();
+                                tokio::time::sleep(wait).await
+                            }
+                            None => std::future::pending().await,
+                        }
+                    };
                     let wait = async {
                         // Set in the same poll that starts listening below.
                         self.waiting.send_replace(true);
                         tokio::select! {
                             _ = waker.wait(self.config.worker.poll_interval) => {}
                             _ = freed => {}
+                            _ = token => {}
                             _ = shutdown.changed() => {}
                         }
                         self.waiting.send_replace(false);
@@ -304,14 +314,38 @@ impl Worker {
                 claims.out_of_room = true;
                 continue;
             }
-            let room = room.min(limit);
+            let mut room = room.min(limit);
+            let rate_limit = self
+                .config
+                .destinations
+                .get(name)
+                .and_then(|d| d.rate_limit);
+            if let Some(rate) = rate_limit {
+                // Ingest's hand-off would skip the shared bucket: every job of a rate-limited
+                // destination goes through the queue.
+                self.handoff.set_keeping_up(name, false);
+                let (granted, next) = self.queue.take_tokens(name, room, rate, now).await?;
+                if granted == 0 {
+                    claims.next_token = match (claims.next_token, next) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    continue;
+                }
+                room = granted;
+            }
             let jobs = self
                 .queue
                 .claim(name, room as i64, now, now + lease)
                 .await?;
+            if let Some(rate) = rate_limit {
+                self.queue
+                    .give_back_tokens(name, room - jobs.len(), rate)
+                    .await?;
+            }
             let backlog = jobs.len() == room;
             claims.backlog |= backlog;
-            if limit == usize::MAX {
+            if limit == usize::MAX && rate_limit.is_none() {
                 self.handoff.set_keeping_up(name, !backlog);
             }
             for job in jobs {
@@ -408,6 +442,8 @@ struct Claims {
     backlog: bool,
     /// A destination had no free slot to claim with.
     out_of_room: bool,
+    /// A rate-limited destination had no token: when the soonest next one is due.
+    next_token: Option<DateTime<Utc>>,
 }
 
 /// When the claim loop claims next.

@@ -24,6 +24,7 @@ mod metrics;
 mod missing_jobs;
 mod outage;
 mod pools;
+mod rate_limit;
 mod retention;
 mod routing;
 mod security;

@@ -122,7 +122,9 @@ fn check_rejects_bad_configs_naming_the_key() {
         "sources[0].routes[0].match_headers.x-a",
     );
     let circuit = |table: &str| format!("{VALID}[destinations.circuit]\n{table}\n");
-    assert!(check(&circuit("failures = 20\ncool_down = \"1m\""), &[]).status.success());
+    assert!(check(&circuit("failures = 20\ncool_down = \"1m\""), &[])
+        .status
+        .success());
     assert_rejected_naming(
         &circuit("failures = 0"),
         &[],

@@ -12,6 +12,8 @@ pub struct Received {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -157,6 +159,7 @@ async fn record(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> 
         path: path.clone(),
         headers,
         body: body.to_vec(),
+        at: std::time::Instant::now(),
     });
     state.arrived.notify_waiters();
     let scripted = state
