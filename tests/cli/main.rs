@@ -121,6 +121,16 @@ fn check_rejects_bad_configs_naming_the_key() {
         &[],
         "sources[0].routes[0].match_headers.x-a",
     );
+    let rated = |rate: &str| {
+        VALID.replace(
+            "whsec_c2VjcmV0LXNpZ25pbmcta2V5\"",
+            &format!("whsec_c2VjcmV0LXNpZ25pbmcta2V5\"\nrate_limit = \"{rate}\""),
+        )
+    };
+    assert!(check(&rated("3000/min"), &[]).status.success());
+    for bad in ["50", "50/day", "fast/s", "0/s", "-1/s"] {
+        assert_rejected_naming(&rated(bad), &[], "`destinations[0].rate_limit`");
+    }
     let circuit = |table: &str| format!("{VALID}[destinations.circuit]\n{table}\n");
     assert!(check(&circuit("failures = 20\ncool_down = \"1m\""), &[])
         .status
