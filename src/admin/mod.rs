@@ -10,6 +10,7 @@ pub(crate) mod events;
 mod idempotency;
 mod openapi;
 pub(crate) mod sources;
+pub(crate) mod undelivered;
 pub(crate) mod views;
 
 use actix_web::dev::ServiceResponse;
@@ -55,6 +56,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::delete().to(dead_letters::discard)),
             )
             .service(resource("/sources", "GET").route(web::get().to(sources::list)))
+            .service(resource("/undelivered", "GET").route(web::get().to(undelivered::list)))
+            .service(
+                resource("/undelivered/retry", "POST").route(web::post().to(undelivered::retry)),
+            )
             .service(resource("/destinations", "GET").route(web::get().to(destinations::list)))
             .service(
                 resource("/destinations/{name}", "GET").route(web::get().to(destinations::get)),

@@ -13,7 +13,7 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
 use super::MAX_BODY_BYTES;
-use super::{dead_letters, destinations, events, sources, views};
+use super::{dead_letters, destinations, events, sources, undelivered, views};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -33,6 +33,8 @@ use super::{dead_letters, destinations, events, sources, views};
         destinations::get,
         destinations::pause,
         destinations::resume,
+        undelivered::list,
+        undelivered::retry,
         openapi_json,
     ),
     components(schemas(
@@ -42,6 +44,7 @@ use super::{dead_letters, destinations, events, sources, views};
         views::ErrorBody, views::ErrorDetail, views::ReplayRequest, views::BulkReplayRequest,
         views::BulkRetryRequest, sources::SourceView, sources::SourcesReply,
         destinations::DestinationView, destinations::DestinationsReply,
+        undelivered::UndeliveredView, undelivered::UndeliveredPage, undelivered::UndeliveredQuery,
     )),
     modifiers(&BearerAuth),
 )]
@@ -329,7 +332,7 @@ mod tests {
                 ops.push((method.clone(), path.clone(), op.clone()));
             }
         }
-        assert_eq!(ops.len(), 15);
+        assert_eq!(ops.len(), 17);
         ops
     }
 
@@ -528,7 +531,7 @@ mod tests {
             .into_iter()
             .filter(|(m, _, _)| m == "post")
             .collect();
-        assert_eq!(posts.len(), 6);
+        assert_eq!(posts.len(), 7);
         for (_, path, op) in posts {
             let key = param(&op, "Idempotency-Key");
             assert_eq!(key["in"], "header", "{path}");

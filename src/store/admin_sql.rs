@@ -22,7 +22,7 @@ pub(super) struct Built {
 }
 
 impl Built {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             sql: String::new(),
             args: Vec::new(),
@@ -30,7 +30,7 @@ impl Built {
     }
 
     /// Adds an argument and returns its placeholder.
-    fn arg(&mut self, a: Arg) -> String {
+    pub(super) fn arg(&mut self, a: Arg) -> String {
         self.args.push(a);
         format!("${}", self.args.len())
     }

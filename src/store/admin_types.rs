@@ -59,7 +59,7 @@ impl DeadLetterFilter {
 
 /// PostgreSQL refuses a NUL in text, and SQLite would compare it: both stores answer a
 /// filter holding one the same way, as bad input, before any statement runs.
-fn check_filter_text(fields: &[(&str, &Option<String>)]) -> Result<(), StoreError> {
+pub(super) fn check_filter_text(fields: &[(&str, &Option<String>)]) -> Result<(), StoreError> {
     match fields
         .iter()
         .find(|(_, v)| v.as_deref().is_some_and(|v| v.contains('\0')))

@@ -71,6 +71,7 @@ mod rows;
 mod sessions;
 mod sqlite;
 mod types;
+mod undelivered;
 
 use std::time::Duration;
 
@@ -91,6 +92,7 @@ pub use types::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
     JobOutcome, JobUpdate, NewEvent, PreClaim, StoredAttempt, StoredEvent, StoredJob,
 };
+pub use undelivered::{Undelivered, UndeliveredFilter, UndeliveredReason};
 
 /// How often SQLite's WAL is checkpointed. Small and often: each round ends with a sync of
 /// the database file, and a commit's WAL sync issued meanwhile waits for it, since a disk's

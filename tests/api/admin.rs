@@ -575,6 +575,8 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         "GET /admin/v1/destinations/{name}",
         "POST /admin/v1/destinations/{name}/pause",
         "POST /admin/v1/destinations/{name}/resume",
+        "GET /admin/v1/undelivered",
+        "POST /admin/v1/undelivered/retry",
         "GET /admin/v1/openapi.json",
     ]
     .into_iter()

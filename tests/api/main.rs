@@ -29,5 +29,6 @@ mod retention;
 mod routing;
 mod security;
 mod store_conformance;
+mod undelivered;
 mod unstorable;
 mod worker_crash;
