@@ -23,6 +23,7 @@ both_backends!(
     a_dead_letter_can_be_discarded_alone,
     the_event_page_names_the_secret_that_verified,
     an_operator_pauses_and_resumes_a_destination,
+    the_undelivered_page_lists_and_retries,
 );
 
 struct Driver(Child);
@@ -435,4 +436,39 @@ async fn an_operator_pauses_and_resumes_a_destination(backend: Backend) {
     assert!(app.store.held_destinations().await.unwrap().is_empty());
     app.worker().run_once().await.unwrap();
     assert_eq!(sink.received("/billing").len(), 1);
+}
+
+/// The undelivered page lists a dead letter with its reason, and its button retries it.
+async fn the_undelivered_page_lists_and_retries(backend: Backend) {
+    let (_sink, app) = app_where_billing_is_gone(backend).await;
+    let event = app.ingest_stripe("evt_console_undelivered").await;
+    app.worker().run_once().await.unwrap();
+    let (client, session, _) = http_login(&app, ACME_TOKEN).await;
+    let get = || {
+        client
+            .get(app.url("/console/undelivered?destination=billing"))
+            .header("cookie", &session)
+            .send()
+    };
+    let page = get().await.unwrap().text().await.unwrap();
+    assert!(page.contains("evt_console_undelivered"), "{page}");
+    assert!(page.contains(r#"class="reason-dead_letter""#), "{page}");
+    let r = client
+        .post(app.url("/console/undelivered/retry"))
+        .header("cookie", &session)
+        .form(&[
+            ("csrf", csrf_of(&page).as_str()),
+            ("destination", "billing"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let job = app.job(event, "billing").await;
+    assert_eq!(
+        (job.status, job.attempts),
+        (hookgate::queue::JobStatus::Pending, 0)
+    );
+    let page = get().await.unwrap().text().await.unwrap();
+    assert!(page.contains("Nothing is undelivered."), "{page}");
 }

@@ -34,6 +34,9 @@ pub(super) fn notice(query: &Query) -> Option<&'static str> {
         Some("discarded") => Some("Dead letter discarded."),
         Some("bulk-retried") => Some("Matching dead letters retried."),
         Some("bulk-discarded") => Some("Matching dead letters discarded."),
+        Some("undelivered-retried") => {
+            Some("Undelivered jobs retried; held jobs go out when their destination resumes.")
+        }
         Some("paused") => Some("Destination paused: its jobs are held until it is resumed."),
         Some("resumed") => Some("Destination resumed: its held jobs are being delivered."),
         _ => None,

@@ -7,6 +7,7 @@ mod handlers;
 mod pages;
 mod request;
 mod session;
+mod undelivered;
 
 use actix_web::{middleware, web};
 
@@ -44,6 +45,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/dead-letters", web::get().to(handlers::dead_letters))
             .route("/sources", web::get().to(handlers::sources))
             .route("/destinations", web::get().to(destinations::list))
+            .route("/undelivered", web::get().to(undelivered::list))
+            .route("/undelivered/retry", web::post().to(undelivered::retry))
             .route(
                 "/destinations/{name}/pause",
                 web::post().to(destinations::pause),

@@ -41,6 +41,7 @@ pub(super) fn page(
                         a href="/console/dead-letters" { "Dead letters" }
                         a href="/console/sources" { "Sources" }
                         a href="/console/destinations" { "Destinations" }
+                        a href="/console/undelivered" { "Undelivered" }
                         span { "tenant: " (t) }
                         form.inline method="post" action="/console/logout" {
                             input type="hidden" name="csrf" value=(csrf);
