@@ -394,7 +394,13 @@ async fn the_event_page_names_the_secret_that_verified(backend: Backend) {
 /// resumed with the same button, after which the job is delivered.
 async fn an_operator_pauses_and_resumes_a_destination(backend: Backend) {
     let sink = Sink::start().await;
+    sink.script("/audit", &[Answer::status(500)]);
     let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    // Some history for the charts: deliveries, one failed, and a lag sample.
+    app.ingest_stripes("evt_console_chart", 3).await;
+    app.worker().run_once().await.unwrap();
+    app.reconciler().sweep().await.unwrap();
+    let before = sink.received("/billing").len();
     let (_driver, port) = chromedriver();
     let c = browser(port).await;
     let state = "#destination-billing td.state-";
@@ -417,10 +423,26 @@ async fn an_operator_pauses_and_resumes_a_destination(backend: Backend) {
 
         app.ingest_stripe("evt_console_held").await;
         app.worker().run_once().await.unwrap();
-        assert!(sink.received("/billing").is_empty(), "held while paused");
+        assert_eq!(sink.received("/billing").len(), before, "held while paused");
         c.refresh().await?;
         let row = text_of(&c, "#destination-billing").await;
         assert!(row.contains("paused 1"), "one job due: {row}");
+        assert!(text_of(&c, "#deliveries-billing figcaption")
+            .await
+            .contains("per minute: 3"));
+        let png = c.screenshot().await?;
+        // The README's picture of this page is SQLite's.
+        let path = if backend == Backend::Sqlite
+            && std::env::var_os("HOOKGATE_UPDATE_SCREENSHOT").is_some()
+        {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console-destinations.png").to_owned()
+        } else {
+            format!(
+                "{}/console-destinations-{backend:?}.png",
+                env!("CARGO_TARGET_TMPDIR")
+            )
+        };
+        std::fs::write(path, png).unwrap();
 
         assert_eq!(text_of(&c, button).await, "Resume");
         c.find(Locator::Css(button)).await?.click().await?;
@@ -435,7 +457,7 @@ async fn an_operator_pauses_and_resumes_a_destination(backend: Backend) {
     }
     assert!(app.store.held_destinations().await.unwrap().is_empty());
     app.worker().run_once().await.unwrap();
-    assert_eq!(sink.received("/billing").len(), 1);
+    assert_eq!(sink.received("/billing").len(), before + 1);
 }
 
 /// The undelivered page lists a dead letter with its reason, and its button retries it.

@@ -1,6 +1,8 @@
 //! The console's destinations page: each destination the tenant's sources route to, its
 //! state and queue, with pause and resume buttons (the admin API's actions, behind the
-//! session and its CSRF token).
+//! session and its CSRF token), and charts of the last hour: deliveries per minute, their
+//! success rate, and the age of the oldest due job (sampled by the reconciler each minute, of
+//! all tenants' jobs for the destination).
 
 use std::collections::HashMap;
 
@@ -8,6 +10,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 use maud::{html, Markup};
 
+use super::chart;
 use super::handlers::{html, notice};
 use super::pages::page;
 use super::request::{error_page, form_session, redirect, session};
@@ -23,14 +26,65 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest, query: Query) ->
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };
+    let since = chart_start(Utc::now());
     let mut rows = Vec::new();
     for name in names(&state, s.tenant.as_str()) {
-        match view(&state, s.tenant.as_str(), &name).await {
-            Ok(v) => rows.push(v),
+        let row = async {
+            let view = view(&state, s.tenant.as_str(), &name).await?;
+            let deliveries = state
+                .store
+                .delivery_minutes(&name, s.tenant.as_str(), since, chart::MINUTES)
+                .await?;
+            let lag = state
+                .store
+                .destination_lag(&name, since, chart::MINUTES)
+                .await?;
+            Ok::<_, AdminError>(Row {
+                view,
+                deliveries,
+                lag,
+            })
+        };
+        match row.await {
+            Ok(r) => rows.push(r),
             Err(e) => return error_page(e),
         }
     }
     html(render(s.tenant.as_str(), &s.csrf, notice(&query), &rows))
+}
+
+/// The start of the charts' hour: the minute 59 minutes before the current one, so the last
+/// bar is the current minute.
+pub(super) fn chart_start(now: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    let minute = now.timestamp().div_euclid(60) - (chart::MINUTES as i64 - 1);
+    chrono::DateTime::from_timestamp(minute * 60, 0).unwrap_or(now)
+}
+
+/// A destination's line on the page, with its charts' data.
+struct Row {
+    view: DestinationView,
+    /// (attempts, successes) per minute.
+    deliveries: Vec<(i64, i64)>,
+    /// The oldest due job's age, per minute sampled.
+    lag: Vec<Option<i64>>,
+}
+
+fn charts(r: &Row) -> Markup {
+    let name = &r.view.name;
+    let attempts: Vec<Option<f64>> = r.deliveries.iter().map(|(a, _)| Some(*a as f64)).collect();
+    let success: Vec<Option<f64>> = r
+        .deliveries
+        .iter()
+        .map(|(a, s)| (*a > 0).then(|| *s as f64 / *a as f64))
+        .collect();
+    let lag: Vec<Option<f64>> = r.lag.iter().map(|v| v.map(|s| s as f64)).collect();
+    html! {
+        div.charts {
+            (chart::bars(&format!("deliveries-{name}"), "Deliveries per minute", &attempts, None, |v| format!("{v:.0}")))
+            (chart::bars(&format!("success-{name}"), "Success rate", &success, Some(1.0), |v| format!("{:.0} %", v * 100.0)))
+            (chart::bars(&format!("lag-{name}"), "Oldest due job", &lag, None, |v| format!("{v:.0} s")))
+        }
+    }
 }
 
 pub async fn pause(
@@ -76,7 +130,7 @@ async fn set_paused(
     }
 }
 
-fn render(tenant: &str, csrf: &str, notice: Option<&str>, rows: &[DestinationView]) -> Markup {
+fn render(tenant: &str, csrf: &str, notice: Option<&str>, rows: &[Row]) -> Markup {
     page(
         "Destinations",
         Some(tenant),
@@ -89,7 +143,8 @@ fn render(tenant: &str, csrf: &str, notice: Option<&str>, rows: &[DestinationVie
                     th { "Destination" } th { "State" } th { "Jobs due" } th { "Oldest due" }
                     th { "Attempts (1 h)" } th { "Success (1 h)" } th { "Failure streak" } th { "" }
                 }
-                @for d in rows {
+                @for r in rows {
+                    @let d = &r.view;
                     tr id={ "destination-" (d.name) } {
                         td { (d.name) }
                         td class={ "state-" (d.state) } { (d.state) }
@@ -106,6 +161,7 @@ fn render(tenant: &str, csrf: &str, notice: Option<&str>, rows: &[DestinationVie
                             }
                         }
                     }
+                    tr.chart-row { td colspan="8" { (charts(r)) } }
                 }
             }
             @if rows.is_empty() { p id="empty" { "No destinations." } }

@@ -179,10 +179,15 @@ pub async fn events(state: web::Data<AppState>, req: HttpRequest, query: Query) 
         let mut rows = state.store.list_events(&filter, after, limit + 1).await?;
         let more = rows.len() as i64 > limit;
         rows.truncate(limit as usize);
-        Ok((rows, more))
+        let since = super::destinations::chart_start(Utc::now());
+        let ingest = state
+            .store
+            .ingest_minutes(s.tenant.as_str(), since, super::chart::MINUTES)
+            .await?;
+        Ok((rows, more, ingest))
     }
     .await;
-    let (rows, more) = match result {
+    let (rows, more, ingest) = match result {
         Ok(r) => r,
         Err(e) => return error_page(e),
     };
@@ -220,6 +225,7 @@ pub async fn events(state: web::Data<AppState>, req: HttpRequest, query: Query) 
         filters: &filters,
         rows: &views,
         next,
+        ingest: &ingest,
     }))
 }
 

@@ -2,6 +2,7 @@
 //! same admin tokens. A login sets an HttpOnly, SameSite=Strict session cookie; every form
 //! carries a CSRF token bound to the session.
 
+mod chart;
 mod destinations;
 mod handlers;
 mod pages;

@@ -15,7 +15,8 @@ th{background:#eef1f4}pre{background:#fff;border:1px solid #e3e6ea;padding:.6rem
 .state-paused{color:#8a5a00;font-weight:600}.state-tripped{color:#b3261e;font-weight:600}.state-active{color:#137333}\
 .notice{background:#e6f4ea;border:1px solid #b7dfc0;padding:.5rem;margin-bottom:.8rem}\
 .error{background:#fce8e6;border:1px solid #f4c7c3;padding:.5rem;margin-bottom:.8rem}\
-form.inline{display:inline}fieldset{border:1px solid #e3e6ea;background:#fff;margin-bottom:.8rem}\
+form.inline{display:inline}.charts{display:flex;gap:1rem;flex-wrap:wrap;margin-bottom:.6rem}\
+figure.chart{margin:0;font-size:.8rem}fieldset{border:1px solid #e3e6ea;background:#fff;margin-bottom:.8rem}\
 input,select,button{font-size:.9rem;margin:.1rem .3rem .1rem 0}";
 
 pub(super) fn page(
@@ -85,6 +86,8 @@ pub struct EventsPage<'a> {
     pub filters: &'a [(&'a str, String)],
     pub rows: &'a [EventSummaryView],
     pub next: Option<String>,
+    /// Events received per minute over the last hour, per source.
+    pub ingest: &'a std::collections::BTreeMap<String, Vec<i64>>,
 }
 
 pub fn events(p: EventsPage<'_>) -> Markup {
@@ -102,6 +105,12 @@ pub fn events(p: EventsPage<'_>) -> Markup {
         p.notice,
         html! {
             h1 { "Events" }
+            div.charts id="ingest" {
+                @for (source, counts) in p.ingest {
+                    @let values: Vec<Option<f64>> = counts.iter().map(|n| Some(*n as f64)).collect();
+                    (super::chart::bars(&format!("ingest-{source}"), &format!("{source}: events per minute"), &values, None, |v| format!("{v:.0}")))
+                }
+            }
             form method="get" action="/console/events" {
                 fieldset {
                     input name="source" placeholder="source" value=(value("source"));

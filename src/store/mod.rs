@@ -68,6 +68,7 @@ mod queue;
 mod reads;
 mod retention;
 mod rows;
+mod series;
 mod sessions;
 mod sqlite;
 mod types;

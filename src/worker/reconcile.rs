@@ -142,6 +142,17 @@ impl Reconciler {
 
         self.sweep_missing_jobs(now, &mut report).await?;
 
+        // The console charts each destination's lag from these samples, one per minute.
+        let destinations: Vec<&str> = self
+            .config
+            .destinations
+            .keys()
+            .map(String::as_str)
+            .collect();
+        self.store
+            .sample_destination_lag(&destinations, now)
+            .await?;
+
         let ttl = chrono::Duration::from_std(self.config.admin.idempotency_ttl)
             .unwrap_or(chrono::Duration::days(1));
         loop {

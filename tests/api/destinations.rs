@@ -19,6 +19,7 @@ both_backends!(
     a_paused_destination_is_not_handed_jobs_at_ingest,
     destinations_show_their_queue_success_rate_and_failure_streak,
     destinations_are_scoped_to_the_tenant_s_sources,
+    the_console_charts_deliveries_success_lag_and_ingest,
 );
 
 async fn post(app: &TestApp, path: &str, key: Option<&str>) -> reqwest::Response {
@@ -199,4 +200,68 @@ async fn destinations_are_scoped_to_the_tenant_s_sources(backend: Backend) {
         .await;
     assert_eq!(r.status(), 200);
     assert_eq!(app.store.held_destinations().await.unwrap(), ["audit"]);
+}
+
+/// The last hour per minute: deliveries and their success rate per destination, the oldest
+/// due job's age as the reconciler samples it, and ingest per source; drawn as SVG bars.
+async fn the_console_charts_deliveries_success_lag_and_ingest(backend: Backend) {
+    let sink = Sink::start().await;
+    sink.script("/billing", &[Answer::status(500)]);
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    app.ingest_stripes("evt_chart", 3).await;
+    app.worker().run_once().await.unwrap();
+    let r = post(&app, "/destinations/audit/pause", None).await;
+    assert_eq!(r.status(), 200);
+    app.ingest_stripe("evt_chart_held").await;
+    let later = Utc::now() + Duration::seconds(90);
+    app.reconciler().sweep_at(later).await.unwrap();
+
+    let since = Utc::now() - Duration::minutes(59);
+    let minutes = app
+        .store
+        .delivery_minutes("billing", "acme", since, 60)
+        .await
+        .unwrap();
+    let (attempts, successes) = minutes.iter().fold((0, 0), |(a, s), (x, y)| (a + x, s + y));
+    assert_eq!((attempts, successes), (3, 2));
+    let ingest = app.store.ingest_minutes("acme", since, 60).await.unwrap();
+    assert_eq!(ingest["stripe"].iter().sum::<i64>(), 4);
+    let lag = app.store.destination_lag("audit", since, 62).await.unwrap();
+    let sampled: Vec<i64> = lag.into_iter().flatten().collect();
+    assert_eq!(sampled.len(), 1, "one sample");
+    assert!(
+        sampled[0] >= 89,
+        "the held job has waited 90 s by then: {sampled:?}"
+    );
+
+    let (client, session, _) = crate::support::console::http_login(&app, ACME_TOKEN).await;
+    let get = |path: &'static str| client.get(app.url(path)).header("cookie", &session).send();
+    let html = get("/console/destinations")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for chart in [
+        "deliveries-billing",
+        "success-billing",
+        "lag-billing",
+        "lag-audit",
+    ] {
+        assert!(
+            html.contains(&format!(r#"id="{chart}""#)),
+            "{chart}: {html}"
+        );
+    }
+    let billing = html.split(r#"id="deliveries-billing""#).nth(1).unwrap();
+    let billing = billing.split("</figure>").next().unwrap();
+    let drawn: f64 = billing
+        .split("<title>")
+        .skip(1)
+        .map(|t| t.split('<').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(drawn, 3.0, "the bars hold the three attempts: {billing}");
+    let html = get("/console/events").await.unwrap().text().await.unwrap();
+    assert!(html.contains(r#"id="ingest-stripe""#), "{html}");
+    assert!(!html.contains("<script"));
 }
