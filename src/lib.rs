@@ -2,6 +2,7 @@
 //! `http` -> `verify` -> `ingest` -> `store` -> `queue` and `worker` -> `delivery`.
 
 pub mod admin;
+pub mod alerts;
 pub mod cli;
 pub mod cli_admin;
 pub mod cli_listen;

@@ -9,13 +9,13 @@ mod validate;
 pub use destination::{Circuit, Destination, RateLimit};
 pub use secret::resolve_secret;
 pub use settings::{
-    default_retry_schedule, AdminSettings, AdminTokenSettings, CircuitSettings, DatabaseSettings,
-    DestinationSettings, LogSettings, MetricsSettings, RouteSettings, ServerSettings, Settings,
-    SourceSettings, WorkerSettings,
+    default_retry_schedule, AdminSettings, AdminTokenSettings, AlertsSettings, CircuitSettings,
+    DatabaseSettings, DestinationSettings, LogSettings, MetricsSettings, RouteSettings,
+    ServerSettings, Settings, SourceSettings, WorkerSettings,
 };
 pub use validate::{
-    AdminConfig, AdminToken, DatabaseConfig, GatewayConfig, LogFormat, MetricsConfig, ServerConfig,
-    Source, SqliteSynchronous, WorkerConfig,
+    AdminConfig, AdminToken, AlertsConfig, DatabaseConfig, GatewayConfig, LogFormat, MetricsConfig,
+    ServerConfig, Source, SqliteSynchronous, WorkerConfig, ALERTS_SOURCE,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -31,6 +31,43 @@ pub struct Settings {
     pub sources: Vec<SourceSettings>,
     #[serde(default)]
     pub destinations: Vec<DestinationSettings>,
+    #[serde(default)]
+    pub alerts: AlertsSettings,
+}
+
+/// `[alerts]`: operational events sent to one destination, signed like every forward.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsSettings {
+    /// The destination alerts go to; no alerts without one.
+    pub destination: Option<String>,
+    /// The tenant whose admin API and console show the alerts.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// `delivery.lagging` when a destination's oldest due job is older than this.
+    #[serde(default = "default_max_lag")]
+    pub max_lag: String,
+    /// `source.rejections` when one source has this many requests rejected in a minute.
+    #[serde(default = "default_rejections_per_minute")]
+    pub rejections_per_minute: u32,
+}
+
+impl Default for AlertsSettings {
+    fn default() -> Self {
+        Self {
+            destination: None,
+            tenant: default_tenant(),
+            max_lag: default_max_lag(),
+            rejections_per_minute: default_rejections_per_minute(),
+        }
+    }
+}
+
+fn default_max_lag() -> String {
+    "10m".into()
+}
+fn default_rejections_per_minute() -> u32 {
+    100
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -123,6 +123,18 @@ pub struct Source {
     pub rate_limit: Option<(u32, u32)>,
 }
 
+/// `[alerts]`, when it names a destination.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    pub destination: Name,
+    pub tenant: Name,
+    pub max_lag: Duration,
+    pub rejections_per_minute: u32,
+}
+
+/// The source name alerts are stored under; no configured source may take it.
+pub const ALERTS_SOURCE: &str = "hookgate-alerts";
+
 #[derive(Debug)]
 pub struct GatewayConfig {
     pub server: ServerConfig,
@@ -134,6 +146,7 @@ pub struct GatewayConfig {
     pub metrics: MetricsConfig,
     pub sources: BTreeMap<String, Arc<Source>>,
     pub destinations: BTreeMap<String, Arc<Destination>>,
+    pub alerts: Option<AlertsConfig>,
 }
 
 pub(super) fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
@@ -418,6 +431,36 @@ impl GatewayConfig {
             );
         }
 
+        if sources.contains_key(ALERTS_SOURCE) {
+            return Err(invalid(
+                "sources",
+                format!("may not name a source {ALERTS_SOURCE:?}: alerts are stored under it"),
+            ));
+        }
+        let al = &settings.alerts;
+        let alerts = match &al.destination {
+            None => None,
+            Some(d) => {
+                let destination = destinations.get(d).map(|d| d.name.clone()).ok_or_else(|| {
+                    invalid(
+                        "alerts.destination",
+                        format!("names unknown destination {d:?}"),
+                    )
+                })?;
+                let tenant = Name::parse("tenant", &al.tenant)
+                    .map_err(|e| invalid("alerts.tenant", e.to_string()))?;
+                if al.rejections_per_minute == 0 {
+                    return Err(invalid("alerts.rejections_per_minute", "must be positive"));
+                }
+                Some(AlertsConfig {
+                    destination,
+                    tenant,
+                    max_lag: duration("alerts.max_lag", &al.max_lag)?,
+                    rejections_per_minute: al.rejections_per_minute,
+                })
+            }
+        };
+
         let metrics = MetricsConfig {
             listen: settings.metrics.listen.clone(),
             token_sha256: settings
@@ -443,6 +486,7 @@ impl GatewayConfig {
             metrics,
             sources,
             destinations,
+            alerts,
         })
     }
 }

@@ -82,6 +82,9 @@ pub async fn receive_webhook(
         Ok(h) => (h.outcome, ""),
         Err(e) => ("rejected", e.code()),
     };
+    if outcome == "rejected" && source != "_unknown" {
+        state.alerts.rejected(source);
+    }
     let m = &state.metrics;
     m.ingest_requests
         .with_label_values(&[source, outcome, reason])

@@ -35,6 +35,8 @@ pub struct AppState {
     pub metrics_port: Option<u16>,
     /// Failed admin and console authentications per client address.
     pub auth_failures: auth_failures::AuthFailures,
+    /// Raises `source.rejections`.
+    pub alerts: crate::alerts::Alerts,
 }
 
 impl AppState {
@@ -58,6 +60,7 @@ impl AppState {
             config.admin.auth_failure_interval,
         );
         Self {
+            alerts: crate::alerts::Alerts::new(store.clone(), config.clone()),
             store,
             config,
             admin_pause,

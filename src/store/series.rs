@@ -90,7 +90,7 @@ impl Store {
         &self,
         destinations: &[&str],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<(String, i64)>, StoreError> {
         const OLDEST: &str = "SELECT MIN(next_attempt_at) FROM jobs \
             WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2";
         const SAVE: &str = "INSERT INTO destination_lag (destination, minute, oldest_due_seconds) \
@@ -118,7 +118,27 @@ impl Store {
             }
             sqlx::query(FORGET).bind(minute - 180).execute(&mut *tx).await?;
         });
-        Ok(())
+        Ok(destinations
+            .iter()
+            .map(|d| (*d).to_owned())
+            .zip(ages)
+            .collect())
+    }
+
+    /// Dead letters (not discarded) per destination that failed in `[from, to)`.
+    pub async fn dead_letters_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        const SQL: &str = "SELECT destination, count(*) FROM jobs WHERE status = 'failed' \
+            AND discarded_at IS NULL AND updated_at >= $1 AND updated_at < $2 \
+            GROUP BY destination";
+        Ok(dispatch!(self, s => sqlx::query_as(SQL)
+            .bind(At(from))
+            .bind(At(to))
+            .fetch_all(&s.pool)
+            .await?))
     }
 
     /// The sampled age of the destination's oldest due job, in seconds, for each of the

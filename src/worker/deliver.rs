@@ -6,6 +6,7 @@ use chrono::Utc;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 use super::crash::{CrashPoint, CrashPoints};
+use crate::alerts::Alerts;
 use crate::config::{Circuit, GatewayConfig};
 use crate::delivery::{Deliverer, Delivery};
 use crate::queue::{JobQueue, NextStep, Verdict};
@@ -17,6 +18,7 @@ use crate::telemetry::Metrics;
 pub(super) struct Context {
     pub worker_id: String,
     pub queue: JobQueue,
+    pub alerts: Alerts,
     pub outcomes: GroupCommit<JobOutcome, bool>,
     pub config: Arc<GatewayConfig>,
     pub deliverer: Deliverer,
@@ -155,13 +157,25 @@ impl Context {
             .count_toward_circuit(destination, succeeded, circuit.failures, cool_down, now)
             .await
         {
-            Ok(Some(CircuitChange::Tripped)) => tracing::warn!(
-                destination,
-                failures = circuit.failures,
-                "destination tripped: its jobs are held, and one is tried after each cool-down"
-            ),
+            Ok(Some(CircuitChange::Tripped)) => {
+                tracing::warn!(
+                    destination,
+                    failures = circuit.failures,
+                    "destination tripped: its jobs are held, and one is tried after each cool-down"
+                );
+                if let Err(e) = self
+                    .alerts
+                    .destination_tripped(destination, circuit.failures, now)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not store the destination.tripped alert");
+                }
+            }
             Ok(Some(CircuitChange::Recovered)) => {
-                tracing::info!(destination, "destination recovered: its held jobs go out")
+                tracing::info!(destination, "destination recovered: its held jobs go out");
+                if let Err(e) = self.alerts.destination_recovered(destination, now).await {
+                    tracing::warn!(error = %e, "could not store the destination.recovered alert");
+                }
             }
             Ok(None) => {}
             Err(e) => {

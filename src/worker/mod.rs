@@ -14,6 +14,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::alerts::Alerts;
 use crate::config::GatewayConfig;
 use crate::delivery::Deliverer;
 use crate::domain::JobId;
@@ -28,6 +29,8 @@ pub use reconcile::{ReconcileReport, Reconciler};
 pub struct Worker {
     id: String,
     queue: JobQueue,
+    /// Raises `destination.tripped` and `destination.recovered`.
+    alerts: Alerts,
     config: Arc<GatewayConfig>,
     deliverer: Deliverer,
     /// Caps deliveries in flight in this process.
@@ -79,7 +82,8 @@ impl Worker {
                 std::process::id(),
                 &crate::domain::time_ordered_uuid().simple().to_string()[24..]
             ),
-            queue: JobQueue::new(store),
+            queue: JobQueue::new(store.clone()),
+            alerts: Alerts::new(store, config.clone()),
             global,
             config,
             deliverer: Deliverer::new(),
@@ -392,6 +396,7 @@ impl Worker {
                 Arc::new(deliver::Context {
                     worker_id: self.id.clone(),
                     queue: self.queue.clone(),
+                    alerts: self.alerts.clone(),
                     outcomes,
                     config: self.config.clone(),
                     deliverer: self.deliverer.clone(),

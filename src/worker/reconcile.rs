@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 
 use super::crash::{CrashPoint, CrashPoints};
+use crate::alerts::Alerts;
 use crate::config::GatewayConfig;
 use crate::queue::JobQueue;
 use crate::store::{ArrivalCursor, MissingJob, Store, StoreError};
@@ -54,12 +55,17 @@ pub struct Reconciler {
     missing_jobs_swept_at: Arc<Mutex<Option<DateTime<Utc>>>>,
     /// Events read per step of the missing-jobs sweep.
     scan_step: i64,
+    alerts: Alerts,
+    /// The first minute whose dead letters have not been looked at for alerts.
+    alerted_minute: Arc<Mutex<Option<i64>>>,
 }
 
 impl Reconciler {
     pub fn new(store: Store, config: Arc<GatewayConfig>) -> Self {
         Self {
             queue: JobQueue::new(store.clone()),
+            alerts: Alerts::new(store.clone(), config.clone()),
+            alerted_minute: Arc::default(),
             store,
             config,
             crash: CrashPoints::default(),
@@ -149,9 +155,18 @@ impl Reconciler {
             .keys()
             .map(String::as_str)
             .collect();
-        self.store
+        let ages = self
+            .store
             .sample_destination_lag(&destinations, now)
             .await?;
+        self.alerts.lagging(&ages, now).await?;
+        let from = self
+            .alerted_minute
+            .lock()
+            .expect("alert mark")
+            .unwrap_or(i64::MIN);
+        let next = self.alerts.dead_letters(from, now).await?;
+        *self.alerted_minute.lock().expect("alert mark") = Some(next);
 
         let ttl = chrono::Duration::from_std(self.config.admin.idempotency_ttl)
             .unwrap_or(chrono::Duration::days(1));

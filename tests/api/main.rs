@@ -5,6 +5,7 @@ use hookgate_testkit as support;
 use hookgate_testkit::both_backends;
 
 mod admin;
+mod alerts;
 mod bulk;
 mod circuit;
 mod concurrency;

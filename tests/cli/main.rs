@@ -131,6 +131,22 @@ fn check_rejects_bad_configs_naming_the_key() {
     for bad in ["50", "50/day", "fast/s", "0/s", "-1/s"] {
         assert_rejected_naming(&rated(bad), &[], "`destinations[0].rate_limit`");
     }
+    assert_rejected_naming(
+        &format!("{VALID}[alerts]\ndestination = \"ops\"\n"),
+        &[],
+        "`alerts.destination` names unknown destination \"ops\"",
+    );
+    assert!(check(
+        &format!("{VALID}[alerts]\ndestination = \"billing\"\n"),
+        &[]
+    )
+    .status
+    .success());
+    assert_rejected_naming(
+        &VALID.replace(r#"name = "stripe""#, r#"name = "hookgate-alerts""#),
+        &[],
+        "may not name a source \"hookgate-alerts\"",
+    );
     let circuit = |table: &str| format!("{VALID}[destinations.circuit]\n{table}\n");
     assert!(check(&circuit("failures = 20\ncool_down = \"1m\""), &[])
         .status
