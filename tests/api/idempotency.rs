@@ -22,6 +22,7 @@ both_backends!(
     without_a_key_every_request_runs,
     a_retried_bulk_replay_is_not_repeated,
     an_interrupted_bulk_replay_resumes_after_its_last_batch,
+    an_interrupted_undelivered_retry_resumes_and_retries_each_job_once,
 );
 
 async fn jobs_of(app: &TestApp, event: hookgate::domain::EventId) -> usize {
@@ -429,4 +430,72 @@ async fn an_interrupted_bulk_replay_resumes_after_its_last_batch(backend: Backen
             "each event replayed exactly once"
         );
     }
+}
+
+/// A retry of undelivered jobs that committed one batch and died: the same key resumes it,
+/// and the run's start (kept in its progress) spares the job the first batch retried, which
+/// is still undelivered (retrying) and would otherwise be retried again.
+async fn an_interrupted_undelivered_retry_resumes_and_retries_each_job_once(backend: Backend) {
+    let sink = Sink::start().await;
+    sink.always("/billing", crate::support::sink::Answer::status(500));
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources[0].destinations = vec!["billing".into()];
+    })
+    .await;
+    app.ingest_stripes("evt_undelivered_resume", 3).await;
+    app.worker().run_once().await.unwrap();
+    let body = "{}";
+    let hash = request_hash("POST", "/admin/v1/undelivered/retry", body.as_bytes());
+    let now = Utc::now();
+    app.store
+        .idempotency_begin(
+            "acme",
+            "resume-u",
+            &hash,
+            now - chrono::Duration::hours(1),
+            now,
+        )
+        .await
+        .unwrap();
+    let filter = hookgate::store::UndeliveredFilter {
+        tenant: "acme".into(),
+        ..Default::default()
+    };
+    let started = hookgate::store::BulkProgress {
+        after: Some(hookgate::store::PageCursor {
+            at: now,
+            id: uuid::Uuid::nil(),
+        }),
+        done: 0,
+    };
+    let key = hookgate::store::ProgressKey {
+        tenant: "acme",
+        key: "resume-u",
+    };
+    // The batch ran at the run's start: its job is changed at `now`, before the resumed
+    // request, so only the kept start time spares it.
+    let first = app
+        .store
+        .retry_undelivered_batch(&filter, now, started, 1, now, Some(key))
+        .await
+        .unwrap();
+    assert_eq!(first.done, 1);
+    let conn = crate::crash::RawConnHandle::open(&app).await;
+    conn.age_idempotency_key("resume-u").await;
+
+    let r = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            "/undelivered/retry",
+            Some(body),
+            Some("resume-u"),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["retried"],
+        3,
+        "each of the three once"
+    );
 }
