@@ -20,8 +20,9 @@ pub enum AdminError {
     Unprocessable(String),
     #[error("this Idempotency-Key was used for a different request")]
     IdempotencyKeyReused,
-    #[error("a request with this Idempotency-Key is still running; retry later")]
-    IdempotencyInProgress,
+    /// `done`: a bulk request's progress so far.
+    #[error("a request with this Idempotency-Key is still running{}; retry later", .done.map(|n| format!(" ({n} done so far)")).unwrap_or_default())]
+    IdempotencyInProgress { done: Option<i64> },
     #[error("{0}")]
     Conflict(String),
     #[error("the store is unavailable; retry later")]
@@ -46,7 +47,7 @@ impl AdminError {
             Self::BadRequest(_) => "bad_request",
             Self::Unprocessable(_) => "unprocessable",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
-            Self::IdempotencyInProgress => "idempotency_in_progress",
+            Self::IdempotencyInProgress { .. } => "idempotency_in_progress",
             Self::Conflict(_) => "conflict",
             Self::Store(_) => "store_unavailable",
         }
@@ -67,7 +68,7 @@ impl ResponseError for AdminError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unprocessable(_) | Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::IdempotencyInProgress | Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::IdempotencyInProgress { .. } | Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }

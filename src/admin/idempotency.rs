@@ -155,7 +155,9 @@ where
             return Ok(response);
         }
         IdempotencyBegin::Mismatch => return Err(AdminError::IdempotencyKeyReused),
-        IdempotencyBegin::InProgress => return Err(AdminError::IdempotencyInProgress),
+        IdempotencyBegin::InProgress { done } => {
+            return Err(AdminError::IdempotencyInProgress { done })
+        }
         IdempotencyBegin::Proceed { progress } => progress,
     };
     let idem = Idem {

@@ -431,7 +431,7 @@ mod tests {
             | AdminError::BadRequest(_)
             | AdminError::Unprocessable(_)
             | AdminError::IdempotencyKeyReused
-            | AdminError::IdempotencyInProgress
+            | AdminError::IdempotencyInProgress { .. }
             | AdminError::Conflict(_)
             | AdminError::TooManyAuthFailures { .. }
             | AdminError::Store(_) => e.code(),
@@ -442,7 +442,7 @@ mod tests {
             AdminError::BadRequest(String::new()),
             AdminError::Unprocessable(String::new()),
             AdminError::IdempotencyKeyReused,
-            AdminError::IdempotencyInProgress,
+            AdminError::IdempotencyInProgress { done: None },
             AdminError::Conflict(String::new()),
             AdminError::TooManyAuthFailures {
                 retry_after_seconds: 1,

@@ -140,8 +140,9 @@ pub enum IdempotencyBegin {
     Completed { status: u16, body: Vec<u8> },
     /// The key was used for a different request.
     Mismatch,
-    /// The first request with this key is still running.
-    InProgress,
+    /// The first request with this key is still running; a bulk one has done this many so
+    /// far (its last committed progress).
+    InProgress { done: Option<i64> },
 }
 
 /// What a bulk batch writes next to its state change.

@@ -70,7 +70,12 @@ impl Record {
                     .transpose()
                     .map_err(|e| StoreError::Corrupt(format!("idempotency progress: {e}")))?,
             }),
-            "started" => Ok(IdempotencyBegin::InProgress),
+            "started" => Ok(IdempotencyBegin::InProgress {
+                done: self
+                    .progress
+                    .and_then(|p| serde_json::from_str::<BulkProgress>(&p).ok())
+                    .map(|p| p.done),
+            }),
             other => Err(StoreError::Corrupt(format!("idempotency state {other:?}"))),
         }
     }
@@ -111,7 +116,7 @@ impl Store {
             .await?);
         let Some(record) = record else {
             // Swept between the two statements: nothing is running under this key.
-            return Ok(IdempotencyBegin::InProgress);
+            return Ok(IdempotencyBegin::InProgress { done: None });
         };
         let updated_at = record.updated_at;
         let verdict = record.verdict(request_hash, updated_at.0 < stale_before)?;
@@ -126,7 +131,7 @@ impl Store {
                 .await?
                 .rows_affected());
             if claimed != 1 {
-                return Ok(IdempotencyBegin::InProgress);
+                return Ok(IdempotencyBegin::InProgress { done: None });
             }
         }
         Ok(verdict)

@@ -480,6 +480,21 @@ async fn an_interrupted_undelivered_retry_resumes_and_retries_each_job_once(back
         .await
         .unwrap();
     assert_eq!(first.done, 1);
+    // While the run is not yet stale, the same key is told how far it has got.
+    let running = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            "/undelivered/retry",
+            Some(body),
+            Some("resume-u"),
+        )
+        .await;
+    assert_eq!(running.status(), 409);
+    let error: serde_json::Value = running.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "idempotency_in_progress");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("(1 done so far)"), "{message}");
     let conn = crate::crash::RawConnHandle::open(&app).await;
     conn.age_idempotency_key("resume-u").await;
 

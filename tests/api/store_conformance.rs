@@ -503,7 +503,10 @@ async fn idempotency_records_begin_save_release_and_sweep(backend: Backend) {
         begin("k", "h").await.unwrap(),
         IdempotencyBegin::Proceed { progress: None }
     );
-    assert_eq!(begin("k", "h").await.unwrap(), IdempotencyBegin::InProgress);
+    assert_eq!(
+        begin("k", "h").await.unwrap(),
+        IdempotencyBegin::InProgress { done: None }
+    );
     assert_eq!(
         begin("k", "other").await.unwrap(),
         IdempotencyBegin::Mismatch
