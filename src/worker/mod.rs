@@ -3,6 +3,7 @@
 
 mod crash;
 mod deliver;
+mod gate;
 mod reconcile;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +22,7 @@ use crate::domain::JobId;
 use crate::queue::{lease_span, HandedOff, Handoff, JobQueue};
 use crate::store::{ClaimedJob, GroupCommit, JobOutcome, Pacing, Store, StoreError};
 use crate::telemetry::Metrics;
+use gate::Gate;
 
 pub use crash::{CrashPoint, CrashPoints};
 pub use reconcile::{ReconcileReport, Reconciler};
@@ -289,69 +291,41 @@ impl Worker {
         // skips a paused destination, so a pause between this read and the claim holds too.
         let holds = self.queue.holds().await?;
         for (name, slots) in &self.per_destination {
-            let mut limit = usize::MAX;
-            if let Some(hold) = holds.iter().find(|h| &h.destination == name) {
-                self.handoff.set_keeping_up(name, false);
-                let circuit = self.config.destinations.get(name).and_then(|d| d.circuit);
-                match (hold.paused, circuit) {
-                    (true, _) => continue,
-                    // Tripped: one probe per cool-down, in all processes together.
-                    (false, Some(c)) if hold.probe_at.is_some_and(|t| t <= now) => {
-                        if slots.available_permits() == 0
-                            || !self.queue.take_probe(name, now, c.cool_down).await?
-                        {
-                            continue;
-                        }
-                        limit = 1;
-                    }
-                    (false, Some(_)) => continue,
-                    // Tripped, but the destination no longer has a breaker: not held.
-                    (false, None) => {}
+            let (room, rate, hand_off) = match self.gate(name, slots, &holds, now).await? {
+                Gate::Claim {
+                    room,
+                    rate,
+                    hand_off,
+                } => (room, rate, hand_off),
+                Gate::Skip => {
+                    self.handoff.set_keeping_up(name, false);
+                    continue;
                 }
-            }
-            let room = slots
-                .available_permits()
-                .min(self.global.available_permits());
-            if room == 0 {
-                // Not a backlog by itself: ingest's hand-off may hold the slots, and finds
-                // none free either until one is.
-                claims.out_of_room = true;
-                continue;
-            }
-            let mut room = room.min(limit);
-            let rate_limit = self
-                .config
-                .destinations
-                .get(name)
-                .and_then(|d| d.rate_limit);
-            if let Some(rate) = rate_limit {
-                // Ingest's hand-off would skip the shared bucket: every job of a rate-limited
-                // destination goes through the queue.
-                self.handoff.set_keeping_up(name, false);
-                let (granted, next) = self.queue.take_tokens(name, room, rate, now).await?;
-                if granted == 0 {
+                Gate::OutOfRoom => {
+                    claims.out_of_room = true;
+                    continue;
+                }
+                Gate::NoToken(next) => {
+                    self.handoff.set_keeping_up(name, false);
                     claims.next_token = match (claims.next_token, next) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
                     continue;
                 }
-                room = granted;
-            }
+            };
             let jobs = self
                 .queue
                 .claim(name, room as i64, now, now + lease)
                 .await?;
-            if let Some(rate) = rate_limit {
+            if let Some(rate) = rate {
                 self.queue
                     .give_back_tokens(name, room - jobs.len(), rate)
                     .await?;
             }
             let backlog = jobs.len() == room;
             claims.backlog |= backlog;
-            if limit == usize::MAX && rate_limit.is_none() {
-                self.handoff.set_keeping_up(name, !backlog);
-            }
+            self.handoff.set_keeping_up(name, hand_off && !backlog);
             for job in jobs {
                 claims.claimed += 1;
                 let permits = match (
