@@ -52,6 +52,8 @@ pub struct GwConfig {
     pub sqlite_synchronous: Option<&'static str>,
     /// `[[sources]]` tables added after the standard two, as TOML.
     pub extra_sources: Vec<String>,
+    /// `[[destinations]]` tables added after `sink`, as TOML.
+    pub extra_destinations: Vec<String>,
 }
 
 impl GwConfig {
@@ -62,6 +64,7 @@ impl GwConfig {
             retry_schedule: vec!["1s".into(), "5s".into(), "30s".into()],
             sqlite_synchronous: None,
             extra_sources: Vec::new(),
+            extra_destinations: Vec::new(),
         }
     }
 }
@@ -124,6 +127,10 @@ reconcile_lookback = "24h"
         schedule.join(", "),
         opts.max_in_flight
     ));
+    for extra in &cfg.extra_destinations {
+        t.push('\n');
+        t.push_str(extra);
+    }
     t
 }
 
