@@ -4,6 +4,8 @@ pub mod backlog;
 pub mod delivery;
 pub mod e2e;
 pub mod ingest;
+pub mod route_load;
+pub mod routes;
 pub mod signatures;
 pub mod sqlite_loop;
 pub mod sustained;
