@@ -173,10 +173,10 @@ struct Common {
     /// `routes`: stores to measure on (comma-separated: sqlite, pg).
     #[arg(long, value_delimiter = ',', default_value = "sqlite,pg")]
     route_stores: Vec<signatures::Store>,
-    /// `routes`: rounds of alternated segments (default 4, or 2 with --quick).
+    /// `routes`: rounds of alternated segments (default 8, or 2 with --quick).
     #[arg(long)]
     route_rounds: Option<usize>,
-    /// `routes`: requests per segment (default 120,000, or 20,000 with --quick).
+    /// `routes`: requests per segment (default 60,000, or 20,000 with --quick).
     #[arg(long)]
     route_requests: Option<usize>,
 }

@@ -68,6 +68,11 @@ pub struct RouteLeg {
     pub throughput: f64,
     pub non_2xx: u64,
     pub conn_errors: u64,
+    /// The gateway's CPU time (user + system) over its segments per 2xx: what the routing
+    /// costs, less sensitive than the rate to other work on the machine.
+    pub cpu_us_per_event: f64,
+    /// Per segment, in the order of `segments`.
+    pub cpu_us_per_event_segments: Vec<f64>,
     /// Events stored for the source after the run (warm-up included), and their jobs.
     pub events: u64,
     pub jobs: u64,
@@ -111,9 +116,17 @@ impl RouteIngest {
                 filtered.non_2xx + filtered.conn_errors
             )
         };
+        let cpu = if plain.cpu_us_per_event > 0.0 && filtered.cpu_us_per_event > 0.0 {
+            format!(
+                "; gateway CPU {:.1} vs {:.1} µs per event",
+                filtered.cpu_us_per_event, plain.cpu_us_per_event
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| Ingest with {} filtered routes (`event_types` glob + `match` on the body, one matching each event) vs one plain destination, {store}, alternated | ≥ {TARGET:.2}× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}; {jobs}; {}) | {:.2}× | {} |",
+            "| Ingest with {} filtered routes (`event_types` glob + `match` on the body, one matching each event) vs one plain destination, {store}, alternated | ≥ {TARGET:.2}× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}{cpu}; {jobs}; {}) | {:.2}× | {} |",
             self.routes,
             rate(filtered.throughput),
             rate(plain.throughput),
@@ -134,8 +147,8 @@ pub async fn run(
     rounds: Option<usize>,
     requests: Option<usize>,
 ) -> anyhow::Result<Routes> {
-    let rounds = rounds.unwrap_or(if ctx.quick { 2 } else { 4 });
-    let requests = requests.unwrap_or(if ctx.quick { 20_000 } else { 120_000 });
+    let rounds = rounds.unwrap_or(if ctx.quick { 2 } else { 8 });
+    let requests = requests.unwrap_or(if ctx.quick { 20_000 } else { 60_000 });
     let mut out = Routes::default();
     for &store in stores.iter().filter(|s| **s != Store::None) {
         out.ingest.push(ingest(ctx, store, rounds, requests).await?);
@@ -185,14 +198,16 @@ async fn ingest(
     let (legs, rounds_ratio) = result?;
     let filtered_to_plain = legs[1].throughput / legs[0].throughput.max(1e-9);
     println!(
-        "  => filtered {:.0} events/s / plain {:.0} events/s = {filtered_to_plain:.3}x (rounds: {})",
+        "  => filtered {:.0} events/s / plain {:.0} events/s = {filtered_to_plain:.3}x (rounds: {}); gateway CPU {:.1} vs {:.1} µs/event",
         legs[1].throughput,
         legs[0].throughput,
         rounds_ratio
             .iter()
             .map(|x| format!("{x:.3}"))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        legs[1].cpu_us_per_event,
+        legs[0].cpu_us_per_event
     );
     Ok(RouteIngest {
         store: match store {
@@ -244,7 +259,7 @@ async fn measure(
         },
     ];
     for leg in &legs {
-        let r = segment(ctx, &leg.source, &gw, (requests / 4).max(1)).await?;
+        let (r, _) = segment(ctx, &leg.source, &gw, (requests / 4).max(1)).await?;
         println!("    warm-up {:>8}: {}", leg.name, r.line());
         if r.non_2xx + r.conn_errors > 0 {
             bail!(
@@ -265,8 +280,15 @@ async fn measure(
         };
         for i in order {
             let leg = &mut legs[i];
-            let r = segment(ctx, &leg.source, &gw, requests).await?;
-            println!("    round {round} {:>8}: {}", leg.name, r.line());
+            let (r, cpu_s) = segment(ctx, &leg.source, &gw, requests).await?;
+            let cpu_us = cpu_s * 1e6 / r.ok_2xx.max(1) as f64;
+            println!(
+                "    round {round} {:>8}: {}; gateway CPU {cpu_us:.1} µs/event",
+                leg.name,
+                r.line()
+            );
+            leg.cpu_us_per_event += cpu_s;
+            leg.cpu_us_per_event_segments.push(cpu_us);
             leg.non_2xx += r.non_2xx;
             leg.conn_errors += r.conn_errors;
             leg.segments.push(Segment {
@@ -284,6 +306,8 @@ async fn measure(
         let ok: u64 = leg.segments.iter().map(|s| s.ok_2xx).sum();
         let secs: f64 = leg.segments.iter().map(|s| s.seconds).sum();
         leg.throughput = ok as f64 / secs.max(1e-9);
+        // Summed as seconds above.
+        leg.cpu_us_per_event = leg.cpu_us_per_event * 1e6 / ok.max(1) as f64;
     }
     let per_round = legs[1]
         .segments
@@ -315,20 +339,22 @@ async fn measure(
     Ok((legs, per_round))
 }
 
-/// `count` prebuilt requests to `source` at the fixed concurrency, to the end.
+/// `count` prebuilt requests to `source` at the fixed concurrency, to the end; and the CPU
+/// seconds the gateway used meanwhile.
 async fn segment(
     ctx: &Ctx,
     source: &str,
     gw: &Gateway,
     count: usize,
-) -> anyhow::Result<LoadReport> {
+) -> anyhow::Result<(LoadReport, f64)> {
     let addr = gw.addr();
     let (spec, body_size) = (route_load::source(source), ctx.body_size);
     let prebuilt = tokio::task::spawn_blocking(move || {
         route_load::requests(&addr.to_string(), &spec, count, body_size)
     })
     .await?;
-    Ok(loadgen::run(LoadSpec {
+    let cpu_before = gw.cpu_seconds();
+    let report = loadgen::run(LoadSpec {
         addr,
         sources: Vec::new(),
         mode: Mode::Concurrency(ctx.concurrency),
@@ -339,7 +365,12 @@ async fn segment(
         prebuilt: Some(Arc::new(prebuilt)),
     })
     .await
-    .report)
+    .report;
+    let cpu = match (cpu_before, gw.cpu_seconds()) {
+        (Some(a), Some(b)) => b - a,
+        _ => 0.0,
+    };
+    Ok((report, cpu))
 }
 
 type EventCounts = BTreeMap<String, u64>;
