@@ -444,6 +444,9 @@ fn details(s: &mut String, r: &Results) {
             );
         }
     }
+    if let Some(g) = &r.routes {
+        g.details(s);
+    }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");
         for e in &r.errors {

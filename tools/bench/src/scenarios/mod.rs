@@ -5,6 +5,7 @@ pub mod delivery;
 pub mod e2e;
 pub mod ingest;
 pub mod route_load;
+pub mod route_select;
 pub mod routes;
 pub mod signatures;
 pub mod sqlite_loop;

@@ -5,7 +5,14 @@
 
 use std::io::Write as _;
 
+use anyhow::anyhow;
+use hookgate::config::{GatewayConfig, Settings};
+
+use crate::gateway::{render_toml, GatewayOpts, GwConfig};
 use crate::payload::{self, bench_sources, Scheme, SourceSpec};
+
+/// A destination nobody listens on: role `api` starts no workers.
+pub const NO_SINK: &str = "http://127.0.0.1:9/unused";
 
 /// The source with one plain destination: `destinations = ["sink"]`.
 pub const PLAIN_SOURCE: &str = "stripe-plain";
@@ -109,6 +116,22 @@ pub fn destinations_toml(url: &str, max_in_flight: usize) -> Vec<String> {
         .collect()
 }
 
+/// The scenario's gateway configuration on `db_url`: the bench's own two sources and `sink`,
+/// then the plain and the routed source and the routes' destinations.
+pub fn gw_config(db_url: &str, max_in_flight: usize) -> GwConfig {
+    let mut cfg = GwConfig::new(db_url, NO_SINK);
+    cfg.extra_sources = sources_toml();
+    cfg.extra_destinations = destinations_toml(NO_SINK, max_in_flight);
+    cfg
+}
+
+/// That configuration as the gateway loads it (the database is not opened).
+pub fn gateway_config(opts: &GatewayOpts) -> anyhow::Result<GatewayConfig> {
+    let text = render_toml(opts, &gw_config("sqlite://unused.db", opts.max_in_flight));
+    let settings = Settings::from_toml_str(&text).map_err(|e| anyhow!("{e}"))?;
+    GatewayConfig::from_settings(&settings).map_err(|e| anyhow!("{e}"))
+}
+
 /// What event number `i` of a segment is: the route it matches and what it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
@@ -171,30 +194,26 @@ pub fn requests(host: &str, source: &SourceSpec, count: usize, body_size: usize)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::PathBuf;
 
-    use hookgate::config::{GatewayConfig, Settings};
     use hookgate::routing::EventFacts;
 
     use super::*;
-    use crate::gateway::{render_toml, GatewayOpts, GwConfig};
 
-    fn config() -> GatewayConfig {
-        let opts = GatewayOpts {
+    pub(crate) fn opts() -> GatewayOpts {
+        GatewayOpts {
             bin: PathBuf::from("hookgate"),
             rust_log: "warn".into(),
             pool: 16,
             worker_concurrency: 128,
             max_in_flight: 128,
             work_dir: PathBuf::from("/tmp"),
-        };
-        let mut cfg = GwConfig::new("sqlite:///tmp/routes-test.db", "http://127.0.0.1:9/unused");
-        cfg.extra_sources = sources_toml();
-        cfg.extra_destinations = destinations_toml(&cfg.sink_url, 128);
-        let text = render_toml(&opts, &cfg);
-        let settings = Settings::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        GatewayConfig::from_settings(&settings).unwrap_or_else(|e| panic!("{e}\n{text}"))
+        }
+    }
+
+    fn config() -> GatewayConfig {
+        gateway_config(&opts()).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     fn selected(config: &GatewayConfig, source: &str, body: &[u8]) -> Vec<String> {

@@ -18,14 +18,12 @@ use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
 use super::route_load::{self, PLAIN_SOURCE, ROUTED_SOURCE, ROUTES};
+use super::route_select::{self, SelectCost};
 use super::signatures::{Segment, Store};
 use super::Ctx;
-use crate::gateway::{Gateway, GwConfig, Role};
+use crate::gateway::{Gateway, Role};
 use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
 use crate::markdown::{met, rate, ratio_range};
-
-/// A destination nobody listens on: role `api` starts no workers.
-const NO_SINK: &str = "http://127.0.0.1:9/unused";
 
 /// The target: ingest with the ten filtered routes at least this share of the plain rate.
 pub const TARGET: f64 = 0.95;
@@ -35,6 +33,8 @@ pub const TARGET: f64 = 0.95;
 pub struct Routes {
     /// Plain against filtered, per store.
     pub ingest: Vec<RouteIngest>,
+    /// `RouteTable::select` alone, in-process.
+    pub select: Option<SelectCost>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -83,6 +83,19 @@ impl RouteLeg {
     /// Answered 2xx to everything, and stored one job per event.
     pub fn clean(&self) -> bool {
         self.non_2xx + self.conn_errors == 0 && self.events > 0 && self.jobs == self.events
+    }
+}
+
+impl Routes {
+    /// The details below bench/RESULTS.md's table.
+    pub fn details(&self, s: &mut String) {
+        if let Some(c) = &self.select {
+            let _ = writeln!(
+                s,
+                "\nRouting alone (`RouteTable::select` on one thread, no HTTP, no store; the `routes` events, {} alternated rounds): {:.2} µs per event with the ten filtered routes, of which the body's JSON parse {:.2} µs; {:.2} µs with one plain destination.",
+                c.rounds, c.filtered_us, c.parse_us, c.plain_us
+            );
+        }
     }
 }
 
@@ -150,6 +163,13 @@ pub async fn run(
     let rounds = rounds.unwrap_or(if ctx.quick { 2 } else { 8 });
     let requests = requests.unwrap_or(if ctx.quick { 20_000 } else { 60_000 });
     let mut out = Routes::default();
+    let select = tokio::task::spawn_blocking({
+        let (opts, secs) = (ctx.gw.clone(), ctx.secs(10, 2));
+        move || route_select::measure(&opts, secs)
+    })
+    .await??;
+    println!("  {}", select.line());
+    out.select = Some(select);
     for &store in stores.iter().filter(|s| **s != Store::None) {
         out.ingest.push(ingest(ctx, store, rounds, requests).await?);
     }
@@ -234,9 +254,7 @@ async fn measure(
     rounds: usize,
     requests: usize,
 ) -> anyhow::Result<(Vec<RouteLeg>, Vec<f64>)> {
-    let mut cfg = GwConfig::new(url, NO_SINK);
-    cfg.extra_sources = route_load::sources_toml();
-    cfg.extra_destinations = route_load::destinations_toml(NO_SINK, ctx.gw.max_in_flight);
+    let cfg = route_load::gw_config(url, ctx.gw.max_in_flight);
     let tag = match store {
         Store::Sqlite => "routes-sqlite",
         _ => "routes-pg",
