@@ -139,7 +139,7 @@ impl RouteIngest {
         };
         let _ = writeln!(
             s,
-            "| Ingest with {} filtered routes (`event_types` glob + `match` on the body, one matching each event) vs one plain destination, {store}, alternated | ≥ {TARGET:.2}× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}{cpu}; {jobs}; {}) | {:.2}× | {} |",
+            "| Ingest with {} filtered routes (`event_types` glob + `match` on the body, one matching each event) vs one plain destination, {store}, alternated | ≥ {TARGET:.2}× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}{cpu}; {jobs}; {}) | {:.3}× | {} |",
             self.routes,
             rate(filtered.throughput),
             rate(plain.throughput),
@@ -464,7 +464,7 @@ mod tests {
             s
         };
         let ok = row(run(9_700.0, 100));
-        assert!(ok.contains("| 0.97× | yes |"), "{ok}");
+        assert!(ok.contains("| 0.970× | yes |"), "{ok}");
         assert!(ok.contains("one job per event on both"), "{ok}");
         assert!(row(run(9_400.0, 100)).ends_with("| **no** |\n"));
         let missing = row(run(9_900.0, 90));
