@@ -52,6 +52,8 @@ pub struct GwConfig {
     pub sqlite_synchronous: Option<&'static str>,
     /// `[[sources]]` tables added after the standard two, as TOML.
     pub extra_sources: Vec<String>,
+    /// `[[destinations]]` tables added after `sink`, as TOML.
+    pub extra_destinations: Vec<String>,
 }
 
 impl GwConfig {
@@ -62,6 +64,7 @@ impl GwConfig {
             retry_schedule: vec!["1s".into(), "5s".into(), "30s".into()],
             sqlite_synchronous: None,
             extra_sources: Vec::new(),
+            extra_destinations: Vec::new(),
         }
     }
 }
@@ -124,6 +127,10 @@ reconcile_lookback = "24h"
         schedule.join(", "),
         opts.max_in_flight
     ));
+    for extra in &cfg.extra_destinations {
+        t.push('\n');
+        t.push_str(extra);
+    }
     t
 }
 
@@ -237,6 +244,18 @@ impl Gateway {
             .ok()?;
         // kB in /proc are KiB; report (decimal) MB.
         Some(kb * 1.024 / 1000.0)
+    }
+
+    /// CPU time the gateway has used so far, user and system, all threads, in seconds.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        /// Linux's USER_HZ, the unit of /proc's times: 100 on every mainstream architecture.
+        const TICKS_PER_S: f64 = 100.0;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        // After the command name in parentheses: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let utime: f64 = fields.get(11)?.parse().ok()?;
+        let stime: f64 = fields.get(12)?.parse().ok()?;
+        Some((utime + stime) / TICKS_PER_S)
     }
 
     fn log_tail(&self) -> String {

@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 
 use gateway::GatewayOpts;
 use report::Results;
-use scenarios::{backlog, delivery, e2e, ingest, signatures, sustained, Ctx};
+use scenarios::{backlog, delivery, e2e, ingest, routes, signatures, sustained, Ctx};
 
 #[derive(Debug, Parser)]
 #[command(name = "hookgate-bench", about = "Benchmarks for the hookgate gateway")]
@@ -75,6 +75,9 @@ enum Cmd {
     /// request, alternated on one gateway (and HMAC on a baseline gateway binary); then
     /// verification alone for HMAC, Ed25519 and ECDSA P-256.
     Signatures(Common),
+    /// Ingest of the same events to a source with ten filtered routes against a source with
+    /// one plain destination, alternated on one gateway.
+    Routes(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -167,6 +170,15 @@ struct Common {
     /// `signatures`: requests per segment (default 120,000, or 20,000 with --quick).
     #[arg(long)]
     signature_requests: Option<usize>,
+    /// `routes`: stores to measure on (comma-separated: sqlite, pg).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,pg")]
+    route_stores: Vec<signatures::Store>,
+    /// `routes`: rounds of alternated segments (default 8, or 2 with --quick).
+    #[arg(long)]
+    route_rounds: Option<usize>,
+    /// `routes`: requests per segment (default 60,000, or 20,000 with --quick).
+    #[arg(long)]
+    route_requests: Option<usize>,
 }
 
 #[tokio::main]
@@ -195,6 +207,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Sustained { common, .. } => ("sustained", common),
         Cmd::Backlog { common, .. } => ("backlog", common),
         Cmd::Signatures(c) => ("signatures", c),
+        Cmd::Routes(c) => ("routes", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -328,6 +341,19 @@ async fn run(
         let out = signatures::run(&ctx, stores, baseline.as_ref(), rounds, requests).await;
         record(&mut results, "signatures", &stamp, out, |r, v| {
             r.signatures = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("routes") {
+        section("routes: ingest with ten filtered routes vs one plain destination");
+        let (stores, rounds, requests) = (
+            &common.route_stores,
+            common.route_rounds,
+            common.route_requests,
+        );
+        let out = routes::run(&ctx, stores, rounds, requests).await;
+        record(&mut results, "routes", &stamp, out, |r, v| {
+            r.routes = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;

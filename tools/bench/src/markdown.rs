@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::report::Results;
 
-fn rate(x: f64) -> String {
+pub(crate) fn rate(x: f64) -> String {
     let n = x.round() as i64;
     let s = n.abs().to_string();
     let mut out = String::new();
@@ -21,7 +21,7 @@ fn rate(x: f64) -> String {
     }
 }
 
-fn met(ok: bool) -> &'static str {
+pub(crate) fn met(ok: bool) -> &'static str {
     if ok {
         "yes"
     } else {
@@ -301,11 +301,14 @@ pub fn render(r: &Results) -> String {
             signature_rows(&mut s, i);
         }
     }
+    for i in r.routes.iter().flat_map(|g| &g.ingest) {
+        i.table_row(&mut s);
+    }
     details(&mut s, r);
     s
 }
 
-fn ratio_range(r: &[f64]) -> String {
+pub(crate) fn ratio_range(r: &[f64]) -> String {
     let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = r.iter().copied().fold(0.0, f64::max);
     if r.is_empty() {
@@ -440,6 +443,9 @@ fn details(s: &mut String, r: &Results) {
                 c.ratio_max
             );
         }
+    }
+    if let Some(g) = &r.routes {
+        g.details(s);
     }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");

@@ -121,6 +121,19 @@ pub fn build_request(
 ) {
     let now = chrono::Utc::now().timestamp();
     let body = body(source.scheme, event_id, now, body_size);
+    write_request(out, host, source, event_id, &body, now);
+}
+
+/// Serialises a complete `POST /webhooks/{source}` request carrying `body`, signed the
+/// provider's way at `now`, into `out` (cleared first).
+pub fn write_request(
+    out: &mut Vec<u8>,
+    host: &str,
+    source: &SourceSpec,
+    event_id: &str,
+    body: &[u8],
+    now: i64,
+) {
     out.clear();
     let _ = write!(
         out,
@@ -133,7 +146,7 @@ pub fn build_request(
             let signed_ts = now.to_string();
             let sig = hmac_hex(
                 source.secret.as_bytes(),
-                &[signed_ts.as_bytes(), b".", &body],
+                &[signed_ts.as_bytes(), b".", body],
             );
             let _ = write!(
                 out,
@@ -141,14 +154,14 @@ pub fn build_request(
             );
         }
         Scheme::Github => {
-            let sig = hmac_hex(source.secret.as_bytes(), &[&body]);
+            let sig = hmac_hex(source.secret.as_bytes(), &[body]);
             let _ = write!(
                 out,
                 "User-Agent: GitHub-Hookshot/7c8b3a1\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: {event_id}\r\nX-GitHub-Hook-ID: 492711003\r\nX-Hub-Signature-256: sha256={sig}\r\n\r\n"
             );
         }
     }
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
 }
 
 /// Roughly the headers JSON the gateway stores for a request of `scheme` (for SQL baselines

@@ -6,7 +6,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::GatewayOpts;
-use crate::scenarios::{backlog, delivery, e2e, ingest, signatures, sustained};
+use crate::scenarios::{backlog, delivery, e2e, ingest, routes, signatures, sustained};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -44,6 +44,7 @@ pub struct Results {
     pub sustained: Option<sustained::Sustained>,
     pub backlog: Option<backlog::Backlog>,
     pub signatures: Option<signatures::Signatures>,
+    pub routes: Option<routes::Routes>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -74,6 +75,7 @@ impl Results {
         take!(e2e, "e2e");
         take!(backlog, "backlog");
         take!(signatures, "signatures");
+        take!(routes, "routes");
         // Scenarios that use no PostgreSQL leave the header's server as the run that
         // measured the others described it.
         if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {
