@@ -137,6 +137,7 @@ done
 next_cursor() { admin_get "$1?limit=1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["next_cursor"])'; }
 events_cursor=$(next_cursor events)
 dead_letters_cursor=$(next_cursor dead-letters)
+undelivered_cursor=$(next_cursor undelivered)
 
 # --- schemathesis ---------------------------------------------------------------------------
 # The document itself needs the token too; it is fetched here, and the run goes to $base.
@@ -148,7 +149,8 @@ status=0
 # One worker: with two, Python 3.11's ast (which hypothesis uses to describe lambdas) can fail
 # with "AST constructor recursion depth mismatch", an error of the tool, not of the API.
 HOOKGATE_ST_TOKEN=$token HOOKGATE_ST_EVENTS_CURSOR=$events_cursor \
-  HOOKGATE_ST_DEAD_LETTERS_CURSOR=$dead_letters_cursor "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
+  HOOKGATE_ST_DEAD_LETTERS_CURSOR=$dead_letters_cursor \
+  HOOKGATE_ST_UNDELIVERED_CURSOR=$undelivered_cursor "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
   run "$work/openapi.json" --url "$base" \
   --max-examples "$MAX_EXAMPLES" \
   "${seed_args[@]}" \

@@ -45,6 +45,7 @@ use super::{dead_letters, destinations, events, sources, undelivered, views};
         views::BulkRetryRequest, sources::SourceView, sources::SourcesReply,
         destinations::DestinationView, destinations::DestinationsReply,
         undelivered::UndeliveredView, undelivered::UndeliveredPage, undelivered::UndeliveredQuery,
+        undelivered::UndeliveredRetryRequest,
     )),
     modifiers(&BearerAuth),
 )]

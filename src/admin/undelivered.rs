@@ -56,6 +56,20 @@ pub struct UndeliveredQuery {
     pub cursor: Option<String>,
 }
 
+/// The retry's body: the list's filters. Text cannot hold a NUL (400).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UndeliveredRetryRequest {
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub destination: Option<String>,
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub source: Option<String>,
+    /// Events received at or after this time (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+    /// Events received before this time (RFC 3339).
+    pub until: Option<DateTime<Utc>>,
+}
+
 impl UndeliveredQuery {
     pub(crate) fn filter(&self, tenant: &str) -> UndeliveredFilter {
         UndeliveredFilter {
@@ -141,7 +155,7 @@ pub async fn list(
 
 #[utoipa::path(post, path = "/admin/v1/undelivered/retry", tag = "undelivered", operation_id = "retry_undelivered",
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried POST act once, resuming an interrupted run")),
-    request_body(content = Option<UndeliveredQuery>, description = "The list's filters (`limit` and `cursor` are ignored); none: every undelivered job of the tenant"),
+    request_body(content = Option<UndeliveredRetryRequest>, description = "The list's filters; none: every undelivered job of the tenant"),
     responses((status = 202, description = "Dead letters are pending again and retrying jobs due now; held jobs stay held until their destination resumes", body = RetriedReply),
         (status = 400, description = "`bad_request`: the body is not the filters", body = super::views::ErrorBody)),
     security(("bearer" = [])))]
@@ -153,13 +167,22 @@ pub async fn retry(
 ) -> Result<HttpResponse, AdminError> {
     let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
     idempotent(state, tenant, &request, body, move |idem| async move {
-        let q: UndeliveredQuery = if body.iter().all(u8::is_ascii_whitespace) {
-            UndeliveredQuery::default()
+        // No body, or `null`, is no filter at all.
+        let req: UndeliveredRetryRequest = if body.iter().all(u8::is_ascii_whitespace) {
+            UndeliveredRetryRequest::default()
         } else {
-            serde_json::from_slice(body)
+            serde_json::from_slice::<Option<UndeliveredRetryRequest>>(body)
                 .map_err(|e| AdminError::BadRequest(format!("body: {e}")))?
+                .unwrap_or_default()
         };
-        let filter = q.filter(tenant.as_str());
+        let filter = UndeliveredQuery {
+            destination: req.destination,
+            source: req.source,
+            since: req.since,
+            until: req.until,
+            ..UndeliveredQuery::default()
+        }
+        .filter(tenant.as_str());
         let progress: BulkProgress = idem.as_ref().and_then(|i| i.progress).unwrap_or_default();
         state.admin_pause.pass().await;
         let key = idem.as_ref().map(|i| i.progress_key());

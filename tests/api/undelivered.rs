@@ -117,6 +117,21 @@ async fn undelivered_lists_each_reason_and_retries_what_is_not_held(backend: Bac
         "held, untouched"
     );
 
+    let null = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            "/undelivered/retry",
+            Some("null"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        null.status(),
+        202,
+        "null is no filter, as the document allows"
+    );
+
     app.worker().run_once().await.unwrap();
     assert_eq!(app.job(first, "audit").await.status, JobStatus::Succeeded);
     assert_eq!(
