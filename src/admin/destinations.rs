@@ -92,8 +92,8 @@ pub(crate) fn names(state: &AppState, tenant: &str) -> Vec<String> {
 }
 
 /// The destination, if one of the tenant's sources routes to it; another's is "not found".
-fn in_tenant(state: &AppState, tenant: &Tenant, name: &str) -> Result<String, AdminError> {
-    names(state, tenant.as_str())
+pub(crate) fn in_tenant(state: &AppState, tenant: &str, name: &str) -> Result<String, AdminError> {
+    names(state, tenant)
         .into_iter()
         .find(|n| n == name)
         .ok_or(AdminError::NotFound("destination"))
@@ -141,7 +141,7 @@ pub async fn get(
     tenant: Tenant,
     path: web::Path<String>,
 ) -> Result<web::Json<DestinationView>, AdminError> {
-    let name = in_tenant(&state, &tenant, &path)?;
+    let name = in_tenant(&state, tenant.as_str(), &path)?;
     Ok(web::Json(view(&state, tenant.as_str(), &name).await?))
 }
 
@@ -157,7 +157,7 @@ async fn set_paused(
     let (state, tenant, body) = (&*state.into_inner(), &tenant, &body);
     let path = &path;
     idempotent(state, tenant, &request, body, move |idem| async move {
-        let name = in_tenant(state, tenant, path)?;
+        let name = in_tenant(state, tenant.as_str(), path)?;
         let now = Utc::now();
         let mut shown = view(state, tenant.as_str(), &name).await?;
         shown.paused_at = if paused {

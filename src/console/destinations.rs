@@ -14,7 +14,7 @@ use super::chart;
 use super::handlers::{html, notice};
 use super::pages::page;
 use super::request::{error_page, form_session, redirect, session};
-use crate::admin::destinations::{names, view, DestinationView};
+use crate::admin::destinations::{in_tenant, names, view, DestinationView};
 use crate::admin::AdminError;
 use crate::http::AppState;
 
@@ -116,8 +116,8 @@ async fn set_paused(
         Ok(s) => s,
         Err(denied) => return denied.response(),
     };
-    if !names(state, s.tenant.as_str()).iter().any(|n| n == name) {
-        return error_page(AdminError::NotFound("destination"));
+    if let Err(e) = in_tenant(state, s.tenant.as_str(), name) {
+        return error_page(e);
     }
     match state
         .store

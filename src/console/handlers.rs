@@ -47,7 +47,7 @@ fn secure(req: &HttpRequest) -> bool {
     req.connection_info().scheme() == "https"
 }
 
-fn text(map: &HashMap<String, String>, k: &str) -> Option<String> {
+pub(super) fn text(map: &HashMap<String, String>, k: &str) -> Option<String> {
     map.get(k)
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())

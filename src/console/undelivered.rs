@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use maud::{html, Markup};
 
-use super::handlers::{html, notice};
+use super::handlers::{html, notice, text};
 use super::pages::page;
 use super::request::{error_page, form_session, redirect, session};
 use crate::admin::cursor;
@@ -16,12 +16,6 @@ use crate::http::AppState;
 
 type Form = web::Form<HashMap<String, String>>;
 type Query = web::Query<HashMap<String, String>>;
-
-fn text(map: &HashMap<String, String>, k: &str) -> Option<String> {
-    map.get(k)
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
-}
 
 fn filters(map: &HashMap<String, String>) -> UndeliveredQuery {
     UndeliveredQuery {

@@ -48,6 +48,12 @@ pub struct DestinationStats {
     pub failure_streak: i64,
 }
 
+/// Makes the destination's row exist and locks it for the transaction (on PostgreSQL;
+/// SQLite's write lock serialises anyway) before it is read, so that concurrent updates from
+/// any process (attempts counted, tokens taken) apply one by one.
+const LOCK_ROW: &str = "INSERT INTO destination_states (destination, updated_at) \
+    VALUES ($1, $2) ON CONFLICT (destination) DO UPDATE SET updated_at = excluded.updated_at";
+
 const DUE: &str = "\
     SELECT count(*), MIN(j.next_attempt_at) FROM jobs j JOIN events e ON e.id = j.event_id \
     WHERE j.destination = $1 AND j.status = 'pending' AND j.next_attempt_at <= $2 \
@@ -133,12 +139,8 @@ impl Store {
                 tripped_at = CASE WHEN $6 THEN destination_states.tripped_at \
                     ELSE excluded.tripped_at END, \
                 probe_at = excluded.probe_at, updated_at = excluded.updated_at";
-        // The row is made to exist and locked (on PostgreSQL; SQLite's write lock serialises
-        // anyway) before it is read, so concurrent attempts in any process count one by one.
-        const LOCK: &str = "INSERT INTO destination_states (destination, updated_at) \
-            VALUES ($1, $2) ON CONFLICT (destination) DO UPDATE SET updated_at = excluded.updated_at";
         let change = in_write_tx!(self, tx => {
-            sqlx::query(LOCK)
+            sqlx::query(LOCK_ROW)
                 .bind(destination)
                 .bind(At(now))
                 .execute(&mut *tx)
@@ -219,14 +221,12 @@ impl Store {
         burst: f64,
         now: DateTime<Utc>,
     ) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
-        const LOCK: &str = "INSERT INTO destination_states (destination, updated_at) \
-            VALUES ($1, $2) ON CONFLICT (destination) DO UPDATE SET updated_at = excluded.updated_at";
         const READ: &str =
             "SELECT tokens, refilled_at FROM destination_states WHERE destination = $1";
         const WRITE: &str = "UPDATE destination_states SET tokens = $2, refilled_at = $3 \
             WHERE destination = $1";
         let taken = in_write_tx!(self, tx => {
-            sqlx::query(LOCK)
+            sqlx::query(LOCK_ROW)
                 .bind(destination)
                 .bind(At(now))
                 .execute(&mut *tx)

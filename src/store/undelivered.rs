@@ -21,6 +21,16 @@ pub struct UndeliveredFilter {
     pub until: Option<DateTime<Utc>>,
 }
 
+impl UndeliveredFilter {
+    /// Refuses text no store can compare (see `check_filter_text`).
+    fn check(&self) -> Result<(), StoreError> {
+        super::admin_types::check_filter_text(&[
+            ("destination", &self.destination),
+            ("source", &self.source),
+        ])
+    }
+}
+
 /// Why a job is undelivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UndeliveredReason {
@@ -95,10 +105,7 @@ impl Store {
         after: Option<PageCursor>,
         limit: i64,
     ) -> Result<Vec<Undelivered>, StoreError> {
-        super::admin_types::check_filter_text(&[
-            ("destination", &filter.destination),
-            ("source", &filter.source),
-        ])?;
+        filter.check()?;
         let mut b = Built::new();
         let mut c = conditions(&mut b, filter);
         if let Some(p) = after {
@@ -148,10 +155,7 @@ impl Store {
         now: DateTime<Utc>,
         key: Option<ProgressKey<'_>>,
     ) -> Result<BulkProgress, StoreError> {
-        super::admin_types::check_filter_text(&[
-            ("destination", &filter.destination),
-            ("source", &filter.source),
-        ])?;
+        filter.check()?;
         let mut b = Built::new();
         let c = conditions(&mut b, filter);
         let (before, limit, at) = (
