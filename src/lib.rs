@@ -13,6 +13,7 @@ pub mod delivery;
 pub mod domain;
 pub mod http;
 pub mod ingest;
+pub mod quarantine;
 pub mod queue;
 pub mod routing;
 pub mod startup;

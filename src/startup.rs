@@ -51,6 +51,7 @@ pub struct Application {
     batcher: IngestBatcher,
     metrics: Arc<Metrics>,
     metrics_port: Option<u16>,
+    quarantine: crate::quarantine::Quarantine,
 }
 
 impl Application {
@@ -102,6 +103,7 @@ impl Application {
             None => None,
         };
         let metrics_port = state.metrics_port;
+        let quarantine = state.quarantine.clone();
         let server =
             run(listener, metrics_listener, state, role).map_err(|source| StartupError::Bind {
                 address: config.server.listen.clone(),
@@ -116,6 +118,7 @@ impl Application {
             batcher,
             metrics,
             metrics_port,
+            quarantine,
         })
     }
 
@@ -143,6 +146,11 @@ impl Application {
     /// The ingest group-commit writer (tests hold it to batch requests together).
     pub fn batcher(&self) -> &IngestBatcher {
         &self.batcher
+    }
+
+    /// Where requests that failed verification go (tests flush it).
+    pub fn quarantine(&self) -> &crate::quarantine::Quarantine {
+        &self.quarantine
     }
 
     /// Tests arm this to hold an admin action mid-way (see `admin::PausePoint`).

@@ -26,14 +26,22 @@ pub enum AdminError {
     #[error("{0}")]
     Conflict(String),
     #[error("the store is unavailable; retry later")]
-    Store(StoreError),
+    Store(std::sync::Arc<StoreError>),
 }
 
 impl From<StoreError> for AdminError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unstorable(message) => Self::BadRequest(message),
-            e => Self::Store(e),
+            e => Self::Store(std::sync::Arc::new(e)),
+        }
+    }
+}
+
+impl From<crate::ingest::IngestError> for AdminError {
+    fn from(e: crate::ingest::IngestError) -> Self {
+        match e {
+            crate::ingest::IngestError::Store(e) => Self::Store(e),
         }
     }
 }

@@ -9,6 +9,7 @@ mod error;
 pub(crate) mod events;
 mod idempotency;
 mod openapi;
+pub(crate) mod quarantine;
 pub(crate) mod sources;
 pub(crate) mod undelivered;
 pub(crate) mod views;
@@ -71,6 +72,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 resource("/destinations/{name}/resume", "POST")
                     .route(web::post().to(destinations::resume)),
+            )
+            .service(resource("/quarantine", "GET").route(web::get().to(quarantine::list)))
+            .service(
+                resource("/quarantine/verify", "POST")
+                    .route(web::post().to(quarantine::bulk_verify)),
+            )
+            .service(
+                resource("/quarantine/{id}", "GET, DELETE")
+                    .route(web::get().to(quarantine::get))
+                    .route(web::delete().to(quarantine::discard)),
+            )
+            .service(
+                resource("/quarantine/{id}/verify", "POST")
+                    .route(web::post().to(quarantine::verify)),
             )
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );

@@ -13,7 +13,7 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
 use super::MAX_BODY_BYTES;
-use super::{dead_letters, destinations, events, sources, undelivered, views};
+use super::{dead_letters, destinations, events, quarantine, sources, undelivered, views};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -35,6 +35,11 @@ use super::{dead_letters, destinations, events, sources, undelivered, views};
         destinations::resume,
         undelivered::list,
         undelivered::retry,
+        quarantine::list,
+        quarantine::get,
+        quarantine::verify,
+        quarantine::bulk_verify,
+        quarantine::discard,
         openapi_json,
     ),
     components(schemas(
@@ -45,7 +50,9 @@ use super::{dead_letters, destinations, events, sources, undelivered, views};
         views::BulkRetryRequest, sources::SourceView, sources::SourcesReply,
         destinations::DestinationView, destinations::DestinationsReply,
         undelivered::UndeliveredView, undelivered::UndeliveredPage, undelivered::UndeliveredQuery,
-        undelivered::UndeliveredRetryRequest,
+        undelivered::UndeliveredRetryRequest, quarantine::QuarantineView,
+        quarantine::QuarantinePage, quarantine::QuarantineDetail,
+        quarantine::QuarantineVerifyRequest, quarantine::VerifyReply, quarantine::BulkVerifyReply,
     )),
     modifiers(&BearerAuth),
 )]
@@ -333,7 +340,7 @@ mod tests {
                 ops.push((method.clone(), path.clone(), op.clone()));
             }
         }
-        assert_eq!(ops.len(), 17);
+        assert_eq!(ops.len(), 22);
         ops
     }
 
@@ -448,7 +455,9 @@ mod tests {
             AdminError::TooManyAuthFailures {
                 retry_after_seconds: 1,
             },
-            AdminError::Store(crate::store::StoreError::Corrupt(String::new())),
+            AdminError::Store(std::sync::Arc::new(crate::store::StoreError::Corrupt(
+                String::new(),
+            ))),
         ];
         for error in &errors {
             assert!(
@@ -532,7 +541,7 @@ mod tests {
             .into_iter()
             .filter(|(m, _, _)| m == "post")
             .collect();
-        assert_eq!(posts.len(), 7);
+        assert_eq!(posts.len(), 9);
         for (_, path, op) in posts {
             let key = param(&op, "Idempotency-Key");
             assert_eq!(key["in"], "header", "{path}");

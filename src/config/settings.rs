@@ -33,6 +33,8 @@ pub struct Settings {
     pub destinations: Vec<DestinationSettings>,
     #[serde(default)]
     pub alerts: AlertsSettings,
+    #[serde(default)]
+    pub quarantine: super::quarantine::QuarantineSettings,
 }
 
 /// `[alerts]`: operational events sent to one destination, signed like every forward.

@@ -147,6 +147,7 @@ pub struct GatewayConfig {
     pub sources: BTreeMap<String, Arc<Source>>,
     pub destinations: BTreeMap<String, Arc<Destination>>,
     pub alerts: Option<AlertsConfig>,
+    pub quarantine: super::QuarantineConfig,
 }
 
 pub(super) fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
@@ -487,6 +488,7 @@ impl GatewayConfig {
             sources,
             destinations,
             alerts,
+            quarantine: super::QuarantineConfig::from_settings(&settings.quarantine)?,
         })
     }
 }

@@ -143,7 +143,13 @@ async fn handle(
     let now = chrono::Utc::now();
     let unverified = Unverified::new(headers, body)
         .with_target(request.method().as_str(), request.query_string());
-    let event = match unverified.verify(&source.verifier, now.timestamp())? {
+    let verified = unverified
+        .verify_or_return(&source.verifier, now.timestamp())
+        .map_err(|rejected| {
+            state.quarantine.keep(source, &rejected, now);
+            rejected.error
+        })?;
+    let event = match verified {
         Verified::Challenge(answer) => {
             return Ok(Handled {
                 // An unsigned handshake echoes what anyone sends: never let it be sniffed.

@@ -37,6 +37,8 @@ pub struct AppState {
     pub auth_failures: auth_failures::AuthFailures,
     /// Raises `source.rejections`.
     pub alerts: crate::alerts::Alerts,
+    /// Keeps requests that failed verification.
+    pub quarantine: crate::quarantine::Quarantine,
 }
 
 impl AppState {
@@ -61,6 +63,11 @@ impl AppState {
         );
         Self {
             alerts: crate::alerts::Alerts::new(store.clone(), config.clone()),
+            quarantine: crate::quarantine::Quarantine::start(
+                store.clone(),
+                &config.quarantine,
+                metrics.clone(),
+            ),
             store,
             config,
             admin_pause,

@@ -10,7 +10,7 @@ use crate::config::Source;
 use crate::domain::EventId;
 use crate::routing::EventFacts;
 use crate::store::{InsertOutcome, StoreError};
-use crate::verify::VerifiedEvent;
+use crate::verify::{RequestHeaders, VerifiedEvent};
 
 pub use batcher::{IngestBatcher, PendingEvent};
 
@@ -29,6 +29,20 @@ pub enum IngestError {
 /// Headers whose values are credentials for hookgate itself, not part of the webhook: kept
 /// by name (so a replay shows they were sent) but never stored in clear.
 const REDACTED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+
+/// The headers as stored: credential headers keep their name, not their value.
+pub(crate) fn redacted_headers(headers: &RequestHeaders) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(n, v)| {
+            if REDACTED_HEADERS.contains(&n) {
+                (n, "[redacted]")
+            } else {
+                (n, v)
+            }
+        })
+        .collect()
+}
 
 /// The event type as both stores can hold it. PostgreSQL's TEXT refuses a NUL, so each one
 /// becomes U+FFFD: a validly signed event is stored, not refused for its metadata (a refusal
@@ -52,17 +66,7 @@ pub async fn ingest(
     event: VerifiedEvent,
     received_at: DateTime<Utc>,
 ) -> Result<IngestOutcome, IngestError> {
-    let headers: Vec<(&str, &str)> = event
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            if REDACTED_HEADERS.contains(&n) {
-                (n, "[redacted]")
-            } else {
-                (n, v)
-            }
-        })
-        .collect();
+    let headers = redacted_headers(event.headers());
     let headers_json =
         serde_json::to_string(&headers).expect("a list of string pairs always serialises");
     let routed = source.routes.select(&EventFacts {

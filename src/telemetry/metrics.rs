@@ -19,6 +19,8 @@ pub struct Metrics {
     pub delivery_attempts: IntCounterVec,
     pub delivery_duration: HistogramVec,
     pub reconciler_repairs: IntCounterVec,
+    /// Rejected requests by source and what became of them in the quarantine.
+    pub quarantine: IntCounterVec,
     jobs: IntGaugeVec,
     delivery_lag: prometheus::Gauge,
     pool: IntGaugeVec,
@@ -99,6 +101,13 @@ impl Metrics {
                 "reconciler_repairs_total",
                 "Jobs repaired by the reconciler, by kind",
                 &["kind"],
+            ),
+            quarantine: counter(
+                "quarantine_requests_total",
+                "Rejected requests by source and what the quarantine did with them (kept, \
+                 dropped_full, dropped_too_large, write_failed, evicted, ingested, \
+                 still_rejected, discarded)",
+                &["source", "outcome"],
             ),
             jobs: gauge(
                 "jobs",

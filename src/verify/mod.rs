@@ -29,7 +29,7 @@ pub use sign::{sample_body, sign_request, SignError, SignedRequest};
 pub use signature::{parse_signature_header, Candidate, ParsedSignature, MAX_CANDIDATES};
 pub use source::SourceVerifier;
 pub use template::{Template, TemplateKind};
-pub use verifier::VerifyError;
+pub use verifier::{Rejected, VerifyError};
 
 /// Decodes base64 with or without padding, as `whsec_` secrets come both ways.
 pub fn decode_base64_lenient(s: &str) -> Result<Vec<u8>, base64::DecodeError> {

@@ -90,6 +90,20 @@ impl Unverified {
         self.query = query.to_owned();
         self
     }
+
+    pub fn headers(&self) -> &RequestHeaders {
+        &self.headers
+    }
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+    /// The raw query string, without the `?`.
+    pub fn query(&self) -> &str {
+        &self.query
+    }
 }
 
 /// What verification turned the request into.

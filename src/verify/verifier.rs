@@ -57,16 +57,65 @@ impl VerifyError {
     }
 }
 
+/// A request verification refused, handed back whole so that it can be kept (the quarantine).
+#[derive(Debug)]
+pub struct Rejected {
+    pub error: VerifyError,
+    pub request: Unverified,
+}
+
+/// What `check` found: a handshake's answer, or an authentic event's dedupe key and facts.
+enum Checked {
+    Answer(Verified),
+    Event {
+        provider_event_id: ProviderEventId,
+        event_type: Option<String>,
+        secret_index: usize,
+    },
+}
+
 impl Unverified {
     /// Answers a handshake, or checks the signature, then the timestamp, then reads the id.
     /// `now` is unix seconds, passed in so tests can pin the clock.
     pub fn verify(self, verifier: &SourceVerifier, now: i64) -> Result<Verified, VerifyError> {
+        self.verify_or_return(verifier, now).map_err(|r| r.error)
+    }
+
+    /// As `verify`, but a refused request comes back with the error instead of being dropped
+    /// (boxed: the refusal is the rare path, and keeps the result small).
+    pub fn verify_or_return(
+        self,
+        verifier: &SourceVerifier,
+        now: i64,
+    ) -> Result<Verified, Box<Rejected>> {
+        match self.check(verifier, now) {
+            Ok(Checked::Answer(answer)) => Ok(answer),
+            Ok(Checked::Event {
+                provider_event_id,
+                event_type,
+                secret_index,
+            }) => Ok(Verified::Event(VerifiedEvent {
+                headers: self.headers,
+                body: self.body,
+                provider_event_id,
+                event_type,
+                scheme: verifier.definition.name.clone(),
+                secret_index,
+            })),
+            Err(error) => Err(Box::new(Rejected {
+                error,
+                request: self,
+            })),
+        }
+    }
+
+    fn check(&self, verifier: &SourceVerifier, now: i64) -> Result<Checked, VerifyError> {
         let def = &verifier.definition;
-        let view = RequestView::new(&self, &def.body_pointers);
+        let view = RequestView::new(self, &def.body_pointers);
         // Handshakes the provider does not sign (GET challenges, Graph's validationToken).
         for h in def.handshakes.iter().filter(|h| !h.signed) {
             if h.matches(view.method, &|l| view.lookup(l)) {
-                return answer(h, &view, verifier, None);
+                return answer(h, &view, verifier, None).map(Checked::Answer);
             }
         }
         if view.method != "POST" {
@@ -89,7 +138,7 @@ impl Unverified {
         // When the id is signed, the id stored as the dedupe key must be that very value:
         // read it once, refusing a repeated header, and use it for both.
         let signed_id = if spec.uses(&TemplatePart::Id) {
-            match header_id(&def.event_id, &self)? {
+            match header_id(&def.event_id, self)? {
                 Some(id) => Some(id),
                 // Unauthenticated so far: say only that the signature cannot be checked.
                 None => {
@@ -183,7 +232,7 @@ impl Unverified {
         // Authentic from here on.
         for h in def.handshakes.iter().filter(|h| h.signed) {
             if h.matches(view.method, &|l| view.lookup(l)) {
-                return answer(h, &view, verifier, Some(secret_index));
+                return answer(h, &view, verifier, Some(secret_index)).map(Checked::Answer);
             }
         }
         let raw_id = match signed_id {
@@ -202,15 +251,11 @@ impl Unverified {
             }
         })?;
         let event_type = first_value(&view, &def.event_type).ok().flatten();
-        drop(view);
-        Ok(Verified::Event(VerifiedEvent {
-            headers: self.headers,
-            body: self.body,
+        Ok(Checked::Event {
             provider_event_id,
             event_type,
-            scheme: def.name.clone(),
             secret_index,
-        }))
+        })
     }
 }
 

@@ -42,6 +42,8 @@ pub struct ReconcileReport {
     pub expired_events: u64,
     /// Events past content retention whose ids are still kept for dedupe: content removed.
     pub purged_events: u64,
+    /// Quarantined requests past `quarantine.retention`, removed.
+    pub expired_quarantine: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -276,6 +278,17 @@ impl Reconciler {
                 .delete_expired_events(rows_before, r.batch)
                 .await?;
             report.expired_events += n;
+            if n < r.batch as u64 {
+                break;
+            }
+        }
+        let quarantined_before = age(self.config.quarantine.retention);
+        loop {
+            let n = self
+                .store
+                .sweep_quarantine(quarantined_before, r.batch)
+                .await?;
+            report.expired_quarantine += n;
             if n < r.batch as u64 {
                 break;
             }

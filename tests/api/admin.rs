@@ -577,6 +577,11 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         "POST /admin/v1/destinations/{name}/resume",
         "GET /admin/v1/undelivered",
         "POST /admin/v1/undelivered/retry",
+        "GET /admin/v1/quarantine",
+        "GET /admin/v1/quarantine/{id}",
+        "DELETE /admin/v1/quarantine/{id}",
+        "POST /admin/v1/quarantine/{id}/verify",
+        "POST /admin/v1/quarantine/verify",
         "GET /admin/v1/openapi.json",
     ]
     .into_iter()

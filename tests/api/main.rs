@@ -25,6 +25,7 @@ mod metrics;
 mod missing_jobs;
 mod outage;
 mod pools;
+mod quarantine;
 mod rate_limit;
 mod retention;
 mod routing;

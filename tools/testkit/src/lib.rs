@@ -179,6 +179,8 @@ pub struct TestApp {
     pub admin_pause: hookgate::admin::SharedPause,
     pub batcher: hookgate::ingest::IngestBatcher,
     pub metrics: std::sync::Arc<hookgate::telemetry::Metrics>,
+    /// Where rejected requests go; `flush` waits for them to be written.
+    pub quarantine: hookgate::quarantine::Quarantine,
     /// `http://127.0.0.1:{port}` of `[metrics] listen`, when set.
     pub metrics_address: Option<String>,
     handle: ServerHandle,
@@ -247,6 +249,7 @@ async fn build(backend: Backend, settings: Settings, guard: DbGuard) -> TestApp 
     let admin_pause = app.admin_pause().clone();
     let batcher = app.batcher().clone();
     let metrics = app.metrics().clone();
+    let quarantine = app.quarantine().clone();
     let metrics_address = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}"));
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
@@ -260,6 +263,7 @@ async fn build(backend: Backend, settings: Settings, guard: DbGuard) -> TestApp 
         admin_pause,
         batcher,
         metrics,
+        quarantine,
         metrics_address,
         handle,
         settings,
@@ -270,7 +274,13 @@ async fn build(backend: Backend, settings: Settings, guard: DbGuard) -> TestApp 
 impl TestApp {
     /// Stops the server and starts a new one on the same database and settings, as a
     /// process restart would: nothing in memory survives, only what the database holds.
-    pub async fn restart(mut self) -> TestApp {
+    pub async fn restart(self) -> TestApp {
+        self.restart_with(|_| {}).await
+    }
+
+    /// As `restart`, with the settings changed by `adjust` first (a configuration update).
+    pub async fn restart_with(mut self, adjust: impl FnOnce(&mut Settings)) -> TestApp {
+        adjust(&mut self.settings);
         self.handle.stop(true).await;
         self.store.close().await;
         let guard = self._db.take().expect("a running app has its database");
