@@ -67,6 +67,9 @@ pub enum Command {
     /// The tenant's destinations, their state and queue; pause and resume one.
     #[command(subcommand)]
     Destinations(crate::cli_admin::DestinationsCommand),
+    /// Requests that failed verification: list, show, verify again, discard.
+    #[command(subcommand)]
+    Quarantine(crate::cli_admin::QuarantineCommand),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -96,6 +99,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DeadLetters(command) => crate::cli_admin::dead_letters(command).await?,
         Command::Sources(api) => crate::cli_admin::sources(api).await?,
         Command::Destinations(command) => crate::cli_admin::destinations(command).await?,
+        Command::Quarantine(command) => crate::cli_admin::quarantine(command).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;

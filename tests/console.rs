@@ -24,6 +24,7 @@ both_backends!(
     the_event_page_names_the_secret_that_verified,
     an_operator_pauses_and_resumes_a_destination,
     the_undelivered_page_lists_and_retries,
+    the_quarantine_page_lists_verifies_and_discards,
 );
 
 struct Driver(Child);
@@ -493,4 +494,55 @@ async fn the_undelivered_page_lists_and_retries(backend: Backend) {
     );
     let page = get().await.unwrap().text().await.unwrap();
     assert!(page.contains("Nothing is undelivered."), "{page}");
+}
+
+/// The quarantine page lists a refused request; "verify all" keeps it (still refused, checked
+/// once more); its discard button removes it.
+async fn the_quarantine_page_lists_verifies_and_discards(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    let body = r#"{"id":"evt_console_quarantined","type":"invoice.paid"}"#;
+    let headers = support::signing::stripe_headers(
+        "whsec_rotated_at_stripe",
+        support::signing::now(),
+        body.as_bytes(),
+    );
+    assert_eq!(
+        app.post_webhook("stripe", &headers, body).await.status(),
+        401
+    );
+    app.quarantine.flush().await;
+    let (client, session, _) = http_login(&app, ACME_TOKEN).await;
+    let get = || {
+        client
+            .get(app.url("/console/quarantine?source=stripe"))
+            .header("cookie", &session)
+            .send()
+    };
+    let page = get().await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains(r#"class="reason-invalid_signature""#),
+        "{page}"
+    );
+    let r = client
+        .post(app.url("/console/quarantine/verify"))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf_of(&page).as_str()), ("source", "stripe")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let listed = app.admin_json(ACME_TOKEN, "/quarantine").await;
+    assert_eq!(listed["data"][0]["checks"], 2, "verified once more");
+    let id = listed["data"][0]["id"].as_str().unwrap().to_owned();
+    let r = client
+        .post(app.url(&format!("/console/quarantine/{id}/discard")))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf_of(&page).as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let page = get().await.unwrap().text().await.unwrap();
+    assert!(page.contains("The quarantine is empty."), "{page}");
 }

@@ -5,9 +5,11 @@
 
 mod client;
 mod destinations;
+mod quarantine;
 mod render;
 
 pub use destinations::{destinations, DestinationsCommand};
+pub use quarantine::{quarantine, QuarantineCommand};
 
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};

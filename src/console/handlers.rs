@@ -39,6 +39,10 @@ pub(super) fn notice(query: &Query) -> Option<&'static str> {
         }
         Some("paused") => Some("Destination paused: its jobs are held until it is resumed."),
         Some("resumed") => Some("Destination resumed: its held jobs are being delivered."),
+        Some("quarantine-verified") => Some(
+            "Quarantine verified again: what verifies now is stored and delivered; the rest stays.",
+        ),
+        Some("quarantine-discarded") => Some("Request discarded from the quarantine."),
         _ => None,
     }
 }

@@ -6,6 +6,7 @@ mod chart;
 mod destinations;
 mod handlers;
 mod pages;
+mod quarantine;
 mod request;
 mod session;
 mod undelivered;
@@ -48,6 +49,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/destinations", web::get().to(destinations::list))
             .route("/undelivered", web::get().to(undelivered::list))
             .route("/undelivered/retry", web::post().to(undelivered::retry))
+            .route("/quarantine", web::get().to(quarantine::list))
+            .route("/quarantine/verify", web::post().to(quarantine::verify_all))
+            .route(
+                "/quarantine/{id}/discard",
+                web::post().to(quarantine::discard),
+            )
             .route(
                 "/destinations/{name}/pause",
                 web::post().to(destinations::pause),

@@ -43,6 +43,7 @@ pub(super) fn page(
                         a href="/console/sources" { "Sources" }
                         a href="/console/destinations" { "Destinations" }
                         a href="/console/undelivered" { "Undelivered" }
+                        a href="/console/quarantine" { "Quarantine" }
                         span { "tenant: " (t) }
                         form.inline method="post" action="/console/logout" {
                             input type="hidden" name="csrf" value=(csrf);
