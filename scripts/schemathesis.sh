@@ -133,11 +133,31 @@ for _ in $(seq 1 60); do
 done
 [ "$(admin_get dead-letters | count)" -ge 3 ] || { log "the events did not become dead letters"; exit 1; }
 
+# Two requests with a wrong signature, which the quarantine keeps, so that its list has items.
+for n in 1 2; do
+  python3 - "$base/webhooks/stripe" "$n" <<'PY'
+import sys, urllib.error, urllib.request
+body = ('{"id":"evt_refused_%s","type":"invoice.paid"}' % sys.argv[2]).encode()
+request = urllib.request.Request(sys.argv[1], data=body, method="POST")
+request.add_header("Stripe-Signature", "t=1,v1=" + "00" * 32)
+try:
+    urllib.request.urlopen(request, timeout=10)
+except urllib.error.HTTPError as e:
+    assert e.code == 401, e.code
+PY
+done
+for _ in $(seq 1 60); do
+  [ "$(admin_get quarantine | count)" -ge 2 ] && break
+  sleep 0.5
+done
+[ "$(admin_get quarantine | count)" -ge 2 ] || { log "the refused requests were not quarantined"; exit 1; }
+
 # A cursor each list returned (after its first item), for the lists' `cursor` parameter.
 next_cursor() { admin_get "$1?limit=1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["next_cursor"])'; }
 events_cursor=$(next_cursor events)
 dead_letters_cursor=$(next_cursor dead-letters)
 undelivered_cursor=$(next_cursor undelivered)
+quarantine_cursor=$(next_cursor quarantine)
 
 # --- schemathesis ---------------------------------------------------------------------------
 # The document itself needs the token too; it is fetched here, and the run goes to $base.
@@ -150,7 +170,8 @@ status=0
 # with "AST constructor recursion depth mismatch", an error of the tool, not of the API.
 HOOKGATE_ST_TOKEN=$token HOOKGATE_ST_EVENTS_CURSOR=$events_cursor \
   HOOKGATE_ST_DEAD_LETTERS_CURSOR=$dead_letters_cursor \
-  HOOKGATE_ST_UNDELIVERED_CURSOR=$undelivered_cursor "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
+  HOOKGATE_ST_UNDELIVERED_CURSOR=$undelivered_cursor \
+  HOOKGATE_ST_QUARANTINE_CURSOR=$quarantine_cursor "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
   run "$work/openapi.json" --url "$base" \
   --max-examples "$MAX_EXAMPLES" \
   "${seed_args[@]}" \

@@ -8,6 +8,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use crate::both_backends;
+use crate::support::raw::RawConn;
 use crate::support::signing::{github_headers, now, stripe_headers};
 use crate::support::sink::Sink;
 use crate::support::{
@@ -23,6 +24,8 @@ both_backends!(
     one_verification_is_idempotent_and_a_request_that_still_fails_stays,
     the_quarantine_keeps_the_newest_within_its_bounds,
     retention_and_discard_remove_requests,
+    a_verification_cut_off_after_its_ingest_ends_as_a_duplicate,
+    a_failed_quarantine_write_is_counted_and_ingest_goes_on,
 );
 
 const NEW_GITHUB_SECRET: &str = "the-secret-rotated-at-github";
@@ -398,4 +401,75 @@ async fn retention_and_discard_remove_requests(backend: Backend) {
         .unwrap();
     assert_eq!(report.expired_quarantine, 1);
     assert_eq!(listed(&app, DEFAULT_TOKEN, "").await, []);
+}
+
+/// The crash window between a re-verification's ingest and the removal of its request: the
+/// event is committed and the request is still quarantined (as after a crash). Verifying it
+/// again finds the event stored, answers `duplicate`, and takes it out: one event.
+async fn a_verification_cut_off_after_its_ingest_ends_as_a_duplicate(backend: Backend) {
+    let app = spawn_app_with(backend, |_, url| url.to_owned()).await;
+    let kept = stripe_request_of_an_hour_ago("evt_cut_off");
+    app.store
+        .quarantine_requests(std::slice::from_ref(&kept), 10, 1 << 20)
+        .await
+        .unwrap();
+    let whole = app
+        .store
+        .find_quarantined(kept.id, "acme")
+        .await
+        .unwrap()
+        .unwrap();
+    let source = app.config.sources["stripe"].clone();
+    let first = hookgate::quarantine::reverify(&app.batcher, &source, &whole)
+        .await
+        .unwrap();
+    let hookgate::quarantine::Reverified::Ingested {
+        event_id,
+        duplicate: false,
+    } = first
+    else {
+        panic!("{first:?}");
+    };
+    let path = format!("/quarantine/{}/verify", kept.id);
+    let r = app.admin(Method::POST, ACME_TOKEN, &path, None, None).await;
+    let reply: Value = r.json().await.unwrap();
+    assert_eq!(reply["outcome"], "duplicate", "{reply}");
+    assert_eq!(reply["event_id"], event_id.to_string());
+    assert_eq!(app.store.count_events().await.unwrap(), 1);
+    assert_eq!(listed(&app, ACME_TOKEN, "").await, []);
+}
+
+/// The store refuses the quarantine's write: the requests are counted as lost to the
+/// quarantine, and valid ingest is not touched.
+async fn a_failed_quarantine_write_is_counted_and_ingest_goes_on(backend: Backend) {
+    let app = spawn_app_with(backend, |_, url| url.to_owned()).await;
+    let mut conn = RawConn::open(&app).await;
+    match backend {
+        Backend::Sqlite => {
+            conn.exec(
+                "CREATE TRIGGER refuse BEFORE INSERT ON quarantine \
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .await
+        }
+        Backend::Postgres => {
+            conn.exec(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+                 CREATE TRIGGER refuse BEFORE INSERT ON quarantine \
+                 FOR EACH ROW EXECUTE FUNCTION refuse()",
+            )
+            .await
+        }
+    }
+    assert_eq!(post_github(&app, NEW_GITHUB_SECRET, 1).await.status(), 401);
+    app.quarantine.flush().await;
+    let failed = app
+        .metrics
+        .quarantine
+        .with_label_values(&["github", "write_failed"])
+        .get();
+    assert_eq!(failed, 1);
+    assert_eq!(post_github(&app, GITHUB_SECRET, 2).await.status(), 200);
+    assert_eq!(app.store.count_events().await.unwrap(), 1);
 }
