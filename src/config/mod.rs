@@ -1,12 +1,14 @@
 //! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
 
 mod destination;
+mod reconcile;
 mod routes;
 mod secret;
 mod settings;
 mod validate;
 
 pub use destination::{Circuit, Destination, RateLimit};
+pub use reconcile::{ReconcileConfig, ReconcileProvider, ReconcileSettings};
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, AdminSettings, AdminTokenSettings, AlertsSettings, CircuitSettings,

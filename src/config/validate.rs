@@ -121,6 +121,8 @@ pub struct Source {
     pub routes: RouteTable,
     /// (requests per second, burst), when the source is rate limited.
     pub rate_limit: Option<(u32, u32)>,
+    /// Reconciliation against the provider's API, when configured.
+    pub reconcile: Option<super::reconcile::ReconcileConfig>,
 }
 
 /// `[alerts]`, when it names a destination.
@@ -338,6 +340,18 @@ impl GatewayConfig {
                 event_id: src.event_id.clone(),
                 event_type: src.event_type.clone(),
             };
+            let reconcile = src
+                .reconcile
+                .as_ref()
+                .map(|r| {
+                    super::reconcile::reconcile_config(
+                        i,
+                        &definition.name,
+                        src.event_id.is_some(),
+                        r,
+                    )
+                })
+                .transpose()?;
             let definition = definition
                 .with_overrides(&overrides)
                 .map_err(|(k, p)| invalid(key(k), p))?;
@@ -427,6 +441,7 @@ impl GatewayConfig {
                     destinations: routes.destinations(),
                     routes,
                     rate_limit,
+                    reconcile,
                 }),
             );
         }
