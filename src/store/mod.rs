@@ -66,6 +66,7 @@ mod missing_jobs;
 mod postgres;
 mod queue;
 mod reads;
+mod reconciliation;
 mod retention;
 mod rows;
 mod series;
@@ -87,6 +88,7 @@ pub use group_commit::{GroupCommit, Pacing};
 pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;
 pub use queue::JobWaker;
+pub use reconciliation::{ReconciliationEnd, ReconciliationRun, ReconciliationState};
 pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
