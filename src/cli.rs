@@ -231,6 +231,14 @@ async fn serve(
         app.metrics().clone(),
     );
     let handoff = role == Role::All && config.worker.handoff;
+    // Reconciliation against providers' APIs runs where the other background work does.
+    let reconciliation = (role != Role::Api).then(|| {
+        tokio::spawn(
+            app.provider_reconciler()
+                .clone()
+                .run_on_schedule(stopped.clone()),
+        )
+    });
     let background = (role != Role::Api).then(|| {
         let work = BackgroundWork::new(store.clone(), config, metrics);
         if handoff {
@@ -252,6 +260,9 @@ async fn serve(
         task.await??;
     }
     if let Some(task) = background {
+        task.await?;
+    }
+    if let Some(task) = reconciliation {
         task.await?;
     }
     store.close().await;

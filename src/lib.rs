@@ -14,6 +14,7 @@ pub mod domain;
 pub mod http;
 pub mod ingest;
 pub mod queue;
+pub mod reconcile;
 pub mod routing;
 pub mod startup;
 pub mod store;

@@ -51,6 +51,7 @@ pub struct Application {
     batcher: IngestBatcher,
     metrics: Arc<Metrics>,
     metrics_port: Option<u16>,
+    provider_reconciler: crate::reconcile::ProviderReconciler,
 }
 
 impl Application {
@@ -102,6 +103,7 @@ impl Application {
             None => None,
         };
         let metrics_port = state.metrics_port;
+        let provider_reconciler = state.provider_reconciler.clone();
         let server =
             run(listener, metrics_listener, state, role).map_err(|source| StartupError::Bind {
                 address: config.server.listen.clone(),
@@ -116,6 +118,7 @@ impl Application {
             batcher,
             metrics,
             metrics_port,
+            provider_reconciler,
         })
     }
 
@@ -143,6 +146,12 @@ impl Application {
     /// The ingest group-commit writer (tests hold it to batch requests together).
     pub fn batcher(&self) -> &IngestBatcher {
         &self.batcher
+    }
+
+    /// Reconciliation against providers' APIs; a process with background work runs
+    /// `run_on_schedule` (see `cli::serve`).
+    pub fn provider_reconciler(&self) -> &crate::reconcile::ProviderReconciler {
+        &self.provider_reconciler
     }
 
     /// Tests arm this to hold an admin action mid-way (see `admin::PausePoint`).

@@ -37,6 +37,8 @@ pub struct AppState {
     pub auth_failures: auth_failures::AuthFailures,
     /// Raises `source.rejections`.
     pub alerts: crate::alerts::Alerts,
+    /// Runs reconciliations against providers' APIs (the admin API's on-demand runs).
+    pub provider_reconciler: crate::reconcile::ProviderReconciler,
 }
 
 impl AppState {
@@ -59,7 +61,14 @@ impl AppState {
             config.admin.auth_failure_burst,
             config.admin.auth_failure_interval,
         );
+        let provider_reconciler = crate::reconcile::ProviderReconciler::new(
+            store.clone(),
+            config.clone(),
+            batcher.clone(),
+            metrics.clone(),
+        );
         Self {
+            provider_reconciler,
             alerts: crate::alerts::Alerts::new(store.clone(), config.clone()),
             store,
             config,

@@ -19,6 +19,9 @@ pub struct Metrics {
     pub delivery_attempts: IntCounterVec,
     pub delivery_duration: HistogramVec,
     pub reconciler_repairs: IntCounterVec,
+    /// Reconciliation against providers' APIs, by source and kind (listed, missing,
+    /// recovered, errors).
+    pub reconciliation: IntCounterVec,
     jobs: IntGaugeVec,
     delivery_lag: prometheus::Gauge,
     pool: IntGaugeVec,
@@ -99,6 +102,11 @@ impl Metrics {
                 "reconciler_repairs_total",
                 "Jobs repaired by the reconciler, by kind",
                 &["kind"],
+            ),
+            reconciliation: counter(
+                "reconciliation_total",
+                "Reconciliation against providers' APIs: events listed, missing, recovered, and errors, by source",
+                &["source", "kind"],
             ),
             jobs: gauge(
                 "jobs",
