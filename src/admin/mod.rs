@@ -9,6 +9,7 @@ mod error;
 pub(crate) mod events;
 mod idempotency;
 mod openapi;
+pub(crate) mod reconciliations;
 pub(crate) mod sources;
 pub(crate) mod undelivered;
 pub(crate) mod views;
@@ -71,6 +72,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 resource("/destinations/{name}/resume", "POST")
                     .route(web::post().to(destinations::resume)),
+            )
+            .service(
+                resource("/sources/{name}/reconciliations", "GET, POST")
+                    .route(web::get().to(reconciliations::list))
+                    .route(web::post().to(reconciliations::run)),
             )
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );

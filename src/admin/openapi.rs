@@ -13,7 +13,7 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
 use super::MAX_BODY_BYTES;
-use super::{dead_letters, destinations, events, sources, undelivered, views};
+use super::{dead_letters, destinations, events, reconciliations, sources, undelivered, views};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -35,6 +35,8 @@ use super::{dead_letters, destinations, events, sources, undelivered, views};
         destinations::resume,
         undelivered::list,
         undelivered::retry,
+        reconciliations::list,
+        reconciliations::run,
         openapi_json,
     ),
     components(schemas(
@@ -46,6 +48,8 @@ use super::{dead_letters, destinations, events, sources, undelivered, views};
         destinations::DestinationView, destinations::DestinationsReply,
         undelivered::UndeliveredView, undelivered::UndeliveredPage, undelivered::UndeliveredQuery,
         undelivered::UndeliveredRetryRequest,
+        reconciliations::ReconciliationView, reconciliations::ReconciliationsReply,
+        reconciliations::ReconciliationRequest,
     )),
     modifiers(&BearerAuth),
 )]
@@ -333,7 +337,7 @@ mod tests {
                 ops.push((method.clone(), path.clone(), op.clone()));
             }
         }
-        assert_eq!(ops.len(), 17);
+        assert_eq!(ops.len(), 19);
         ops
     }
 
@@ -532,7 +536,7 @@ mod tests {
             .into_iter()
             .filter(|(m, _, _)| m == "post")
             .collect();
-        assert_eq!(posts.len(), 7);
+        assert_eq!(posts.len(), 8);
         for (_, path, op) in posts {
             let key = param(&op, "Idempotency-Key");
             assert_eq!(key["in"], "header", "{path}");

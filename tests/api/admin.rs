@@ -577,6 +577,8 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         "POST /admin/v1/destinations/{name}/resume",
         "GET /admin/v1/undelivered",
         "POST /admin/v1/undelivered/retry",
+        "GET /admin/v1/sources/{name}/reconciliations",
+        "POST /admin/v1/sources/{name}/reconciliations",
         "GET /admin/v1/openapi.json",
     ]
     .into_iter()
