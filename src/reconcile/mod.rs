@@ -116,6 +116,9 @@ struct Tally {
     errors: i64,
     last_error: Option<String>,
     not_before: Option<DateTime<Utc>>,
+    /// Ids already looked at: a provider may list one event more than once (GitHub lists
+    /// each redelivery), and it is recovered once.
+    seen: HashSet<String>,
 }
 
 impl Tally {
@@ -162,8 +165,9 @@ impl ProviderReconciler {
             .reconcile
             .as_ref()
             .ok_or_else(|| RunError::NotConfigured(name.to_owned()))?;
-        let started_at = Utc::now();
-        let floor = started_at - lookback(config);
+        let started_at = millis(Utc::now());
+        let floor = millis(started_at - lookback(config));
+        let since = since.map(millis);
         if since.is_some_and(|s| s < floor || s > started_at) {
             return Err(RunError::SinceOutOfRange { floor });
         }
@@ -225,7 +229,7 @@ impl ProviderReconciler {
             }
         }
 
-        let finished_at = Utc::now();
+        let finished_at = millis(Utc::now());
         let run = ReconciliationRun {
             id: Uuid::now_v7(),
             tenant: source.tenant.to_string(),
@@ -307,11 +311,9 @@ impl ProviderReconciler {
         tally.listed += items.len() as i64;
         let ids: Vec<String> = items.iter().map(|l| l.provider_event_id.clone()).collect();
         let stored = self.store.stored_provider_event_ids(name, &ids).await?;
-        let mut seen = HashSet::new();
         for item in items {
-            // A provider may list one event more than once (GitHub lists each redelivery).
             if stored.contains(&item.provider_event_id)
-                || !seen.insert(item.provider_event_id.clone())
+                || !tally.seen.insert(item.provider_event_id.clone())
             {
                 continue;
             }
@@ -414,6 +416,11 @@ impl ProviderReconciler {
 enum Failure {
     Api(ApiError),
     Other(String),
+}
+
+/// `t` to the millisecond, as both stores keep it, so a run's record reads back as it was.
+fn millis(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
 }
 
 fn lookback(config: &ReconcileConfig) -> chrono::TimeDelta {

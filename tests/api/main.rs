@@ -26,6 +26,7 @@ mod missing_jobs;
 mod outage;
 mod pools;
 mod rate_limit;
+mod reconciliation;
 mod retention;
 mod routing;
 mod security;
