@@ -67,6 +67,8 @@ pub enum Command {
     /// The tenant's destinations, their state and queue; pause and resume one.
     #[command(subcommand)]
     Destinations(crate::cli_admin::DestinationsCommand),
+    /// Reconcile a source against its provider's API now: recover what was never received.
+    Reconcile(crate::cli_admin::ReconcileArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -96,6 +98,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DeadLetters(command) => crate::cli_admin::dead_letters(command).await?,
         Command::Sources(api) => crate::cli_admin::sources(api).await?,
         Command::Destinations(command) => crate::cli_admin::destinations(command).await?,
+        Command::Reconcile(args) => crate::cli_admin::reconcile(args).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;

@@ -5,9 +5,11 @@
 
 mod client;
 mod destinations;
+mod reconcile;
 mod render;
 
 pub use destinations::{destinations, DestinationsCommand};
+pub use reconcile::{reconcile, ReconcileArgs};
 
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};
