@@ -20,6 +20,8 @@ both_backends!(
     github_missing_deliveries_are_redelivered_and_stored_ones_are_not,
     paddle_failed_notifications_are_replayed_unless_stored,
     one_run_at_a_time_per_source,
+    the_console_shows_a_sources_runs,
+    the_schedule_runs_each_source_once_per_interval,
 );
 
 pub const API_KEY: &str = "sk_test_reconcile_api_key_never_logged_51Hx";
@@ -406,4 +408,91 @@ async fn one_run_at_a_time_per_source(backend: Backend) {
         .unwrap();
     assert!(crashed.is_some());
     run(&app, ACME_TOKEN, "stripe", None).await;
+}
+
+async fn the_console_shows_a_sources_runs(backend: Backend) {
+    let sink = Sink::start().await;
+    let fake = FakeProviders::start(API_KEY).await;
+    let app = app_with_fake(backend, &sink, &fake).await;
+    fake.add_stripe_event("evt_console", "invoice.paid");
+    run(&app, ACME_TOKEN, "stripe", None).await;
+    let session = crate::support::console::login(&app, ACME_TOKEN).await;
+    let get = |path: &str| {
+        crate::support::console::no_redirects()
+            .get(app.url(path))
+            .header("cookie", &session)
+            .send()
+    };
+    let sources = get("/console/sources").await.unwrap().text().await.unwrap();
+    assert!(sources.contains(r#"href="/console/sources/stripe/reconciliations""#));
+    let r = get("/console/sources/stripe/reconciliations")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("Reconciliation of stripe"), "{page}");
+    assert!(page.contains(r#"<td class="recovered">1</td>"#), "{page}");
+    assert!(!page.contains(API_KEY));
+    // Another tenant's source is not found.
+    let r = get("/console/sources/github/reconciliations")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+async fn the_schedule_runs_each_source_once_per_interval(backend: Backend) {
+    let sink = Sink::start().await;
+    let fake = FakeProviders::start(API_KEY).await;
+    let app = app_with_fake(backend, &sink, &fake).await;
+    fake.add_stripe_event("evt_scheduled", "invoice.paid");
+    // Two processes' schedules over one database: the lease and the due time make one run
+    // per source per interval (10 minutes by default) between them.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let reconciler = hookgate::reconcile::ProviderReconciler::new(
+            app.store.clone(),
+            app.config.clone(),
+            app.batcher.clone(),
+            app.metrics.clone(),
+        );
+        tasks.push(tokio::spawn(reconciler.run_on_schedule(stopped.clone())));
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut ran = 0;
+        for (source, token) in [
+            ("stripe", ACME_TOKEN),
+            ("github", DEFAULT_TOKEN),
+            ("paddle", DEFAULT_TOKEN),
+        ] {
+            let runs = app
+                .admin_json(token, &format!("/sources/{source}/reconciliations"))
+                .await;
+            ran += runs["data"].as_array().unwrap().len();
+        }
+        if ran >= 3 || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // A second round of both schedules (their tick is 30 s at this interval) would find
+    // nothing due; stop them and count.
+    stop.send(true).unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let runs = app
+        .admin_json(ACME_TOKEN, "/sources/stripe/reconciliations")
+        .await;
+    let runs = runs["data"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["run_by"], "schedule");
+    assert_eq!(runs[0]["recovered"], 1);
+    let listings = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/events")
+        .count();
+    assert_eq!(listings, 1);
 }
