@@ -324,6 +324,21 @@ mod tests {
     }
 
     #[test]
+    fn the_lookback_stays_within_the_dedupe_window() {
+        let config = |window: &str| {
+            let text = format!(
+                "[retention]\ndedupe_window = \"{window}\"\n\n[[sources]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n\n[sources.reconcile]\napi_key = \"sk_test_x\"\n"
+            );
+            let settings = crate::config::Settings::from_toml_str(&text).unwrap();
+            crate::config::GatewayConfig::from_settings(&settings).map(|_| ())
+        };
+        let e = config("10days").unwrap_err().to_string();
+        assert!(e.contains("sources[0].reconcile.lookback"), "{e}");
+        assert!(e.contains("dedupe_window"), "{e}");
+        config("30days").unwrap();
+    }
+
+    #[test]
     fn github_hooks_are_addressed_by_repository_or_organization() {
         let c = reconcile_config(
             0,

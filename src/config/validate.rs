@@ -352,6 +352,16 @@ impl GatewayConfig {
                     )
                 })
                 .transpose()?;
+            if reconcile
+                .as_ref()
+                .is_some_and(|r| r.lookback > retention.dedupe_window)
+            {
+                // An id forgotten by retention would look missing and be recovered again.
+                return Err(invalid(
+                    key("reconcile.lookback"),
+                    "is longer than retention.dedupe_window: events whose ids were forgotten would be recovered twice",
+                ));
+            }
             let definition = definition
                 .with_overrides(&overrides)
                 .map_err(|(k, p)| invalid(key(k), p))?;
