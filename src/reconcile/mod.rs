@@ -28,7 +28,8 @@ use crate::store::{ReconciliationEnd, ReconciliationRun, Store, StoreError};
 use crate::telemetry::Metrics;
 use client::{ApiClient, ApiError};
 
-/// How long one run may go on making calls; it then stops where it is, cursor kept.
+/// How long one run may go on making calls; it then stops where it is, cursor kept. The
+/// lease outlasts it by one call's timeout and a margin, so no two runs overlap.
 const RUN_DEADLINE: Duration = Duration::from_secs(5 * 60);
 
 /// One event the provider listed, and how it is recovered if missing.
@@ -212,7 +213,7 @@ impl ProviderReconciler {
             };
             tally.pages += 1;
             match self
-                .recover_page(source, config, page.items, &mut tally)
+                .recover_page(source, config, page.items, deadline, &mut tally)
                 .await
             {
                 Ok(true) => {}
@@ -298,13 +299,14 @@ impl ProviderReconciler {
         }
     }
 
-    /// Recovers the page's events that are not stored. `false` when a rate limit stopped it
-    /// part-way (the rest waits for the next run).
+    /// Recovers the page's events that are not stored. `false` when a rate limit or the run's
+    /// deadline stopped it part-way (the rest waits for the next run).
     async fn recover_page(
         &self,
         source: &Arc<Source>,
         config: &ReconcileConfig,
         items: Vec<Listed>,
+        deadline: Instant,
         tally: &mut Tally,
     ) -> Result<bool, StoreError> {
         let name = source.name.as_str();
@@ -316,6 +318,9 @@ impl ProviderReconciler {
                 || !tally.seen.insert(item.provider_event_id.clone())
             {
                 continue;
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
             }
             tally.missing += 1;
             match self.recover(source, config, item).await {
