@@ -39,8 +39,8 @@ pub struct ReconciliationView {
     /// Calls that failed.
     pub errors: i64,
     pub last_error: Option<String>,
-    /// The provider's cursor the next run goes on from; null when this run reached the end
-    /// of the list (the next one starts a new pass).
+    /// The provider's cursor the next run goes on from; null when the next run starts a new
+    /// pass (this one reached the end of the list, or stopped within its first page).
     pub cursor: Option<String>,
 }
 

@@ -326,6 +326,37 @@ async fn github_missing_deliveries_are_redelivered_and_stored_ones_are_not(backe
         fake.posts().last().unwrap(),
         "/repos/octo/hello/hooks/42/deliveries/3/attempts"
     );
+
+    // A redelivery limited mid-page stops the run there; the next one asks again.
+    let attempts = |id: u64| format!("/repos/octo/hello/hooks/42/deliveries/{id}/attempts");
+    fake.add_github_delivery(5, "guid-lost-c");
+    fake.add_github_delivery(6, "guid-lost-d");
+    fake.fail_path(
+        &attempts(6),
+        Failure {
+            status: 429,
+            retry_after: Some(0),
+        },
+    );
+    let limited = run(&app, DEFAULT_TOKEN, "github", None).await;
+    assert_eq!(counts(&limited), [2, 1, 0, 1], "{limited}");
+    assert!(limited["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("rate limited"));
+    let posts = fake.posts();
+    assert_eq!(
+        posts.last().unwrap(),
+        &attempts(6),
+        "nothing after the limit"
+    );
+    let resumed = run(&app, DEFAULT_TOKEN, "github", None).await;
+    assert_eq!(resumed["errors"], 0, "{resumed}");
+    let posts = &fake.posts()[posts.len()..];
+    assert!(
+        posts.contains(&attempts(6)) && posts.contains(&attempts(5)),
+        "{posts:?}"
+    );
 }
 
 fn paddle_headers(body: &str) -> Vec<(String, String)> {
