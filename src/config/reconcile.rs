@@ -193,11 +193,15 @@ pub(super) fn reconcile_config(
         .trim_end_matches('/')
         .to_owned();
     match url::Url::parse(&api_base) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.query().is_none() => {}
+        Ok(u) if u.scheme() == "https" && u.query().is_none() => {}
+        // The credential travels in clear over http: only to this machine (a local fake).
+        Ok(u) if u.scheme() == "http" && u.query().is_none() && loopback(&u) => {}
         _ => {
             return Err(invalid(
                 key("api_base"),
-                format!("is {api_base:?}, not an http(s) URL without a query"),
+                format!(
+                    "is {api_base:?}, not an https URL without a query (http only to a loopback address)"
+                ),
             ))
         }
     }
@@ -217,6 +221,15 @@ pub(super) fn reconcile_config(
         max_pages: r.max_pages,
         timeout,
     })
+}
+
+fn loopback(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    }
 }
 
 fn github(
@@ -315,6 +328,15 @@ mod tests {
         .contains("longer than"));
         assert!(problem("stripe", "hook_id = 1").contains("github only"));
         assert!(problem("stripe", "max_pages = 0").contains("positive"));
+        assert!(problem("stripe", "api_base = \"http://api.example.com\"").contains("loopback"));
+        assert!(problem("stripe", "api_base = \"https://x/?q=1\"").contains("https URL"));
+        let local = reconcile_config(
+            0,
+            "stripe",
+            false,
+            &settings("api_base = \"http://127.0.0.1:9/\""),
+        );
+        assert_eq!(local.unwrap().api_base, "http://127.0.0.1:9");
         let e = reconcile_config(0, "stripe", true, &settings(""))
             .unwrap_err()
             .to_string();
