@@ -102,7 +102,7 @@ const BULK_FILTERS: [(&str, &[&str]); 2] = [
 
 /// Links from a response to the operations that take one of its ids, so a client (or a
 /// stateful tester) can walk from a list to its items.
-const LINKS: [(&str, &str, &str, &str, &str); 5] = [
+const LINKS: [(&str, &str, &str, &str, &str); 7] = [
     (
         "list_events",
         "200",
@@ -137,6 +137,20 @@ const LINKS: [(&str, &str, &str, &str, &str); 5] = [
         "get_event",
         "id",
         "$response.body#/jobs/0/event_id",
+    ),
+    (
+        "list_sources",
+        "200",
+        "list_reconciliations",
+        "name",
+        "$response.body#/data/0/name",
+    ),
+    (
+        "list_sources",
+        "200",
+        "run_reconciliation",
+        "name",
+        "$response.body#/data/0/name",
     ),
 ];
 
