@@ -1,4 +1,4 @@
-//! `hookgate events|replay|dead-letters|sources|destinations`: operator commands that call the admin API of a
+//! `hookgate events|replay|dead-letters|sources|destinations|reconcile`: operator commands that call the admin API of a
 //! running gateway. They go through the API rather than the database because the API is the
 //! one place that enforces tenant scoping, Idempotency-Key and validation, and because it
 //! works against a remote deployment without handing out database credentials.
