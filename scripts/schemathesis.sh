@@ -94,6 +94,12 @@ provider = "stripe"
 secrets = ["whsec_schemathesis_stripe_secret"]
 tenant = "acme"
 destinations = ["billing"]
+
+# Reconciled against an API that refuses connections: each run is recorded with its error.
+[sources.reconcile]
+api_key = "sk_test_schemathesis"
+api_base = "http://127.0.0.1:9"
+timeout = "1s"
 EOF
 
 # GET with an optional bearer token; fails on a non-2xx answer (no curl on a fresh machine).

@@ -70,6 +70,8 @@ pub enum Command {
     /// Requests that failed verification: list, show, verify again, discard.
     #[command(subcommand)]
     Quarantine(crate::cli_admin::QuarantineCommand),
+    /// Reconcile a source against its provider's API now: recover what was never received.
+    Reconcile(crate::cli_admin::ReconcileArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -100,6 +102,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sources(api) => crate::cli_admin::sources(api).await?,
         Command::Destinations(command) => crate::cli_admin::destinations(command).await?,
         Command::Quarantine(command) => crate::cli_admin::quarantine(command).await?,
+        Command::Reconcile(args) => crate::cli_admin::reconcile(args).await?,
         Command::Migrate { config } => {
             let settings = Settings::load(&config)?;
             let gateway = GatewayConfig::from_settings(&settings)?;
@@ -235,6 +238,14 @@ async fn serve(
         app.metrics().clone(),
     );
     let handoff = role == Role::All && config.worker.handoff;
+    // Reconciliation against providers' APIs runs where the other background work does.
+    let reconciliation = (role != Role::Api).then(|| {
+        tokio::spawn(
+            app.provider_reconciler()
+                .clone()
+                .run_on_schedule(stopped.clone()),
+        )
+    });
     let background = (role != Role::Api).then(|| {
         let work = BackgroundWork::new(store.clone(), config, metrics);
         if handoff {
@@ -256,6 +267,9 @@ async fn serve(
         task.await??;
     }
     if let Some(task) = background {
+        task.await?;
+    }
+    if let Some(task) = reconciliation {
         task.await?;
     }
     store.close().await;

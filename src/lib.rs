@@ -15,6 +15,7 @@ pub mod http;
 pub mod ingest;
 pub mod quarantine;
 pub mod queue;
+pub mod reconcile;
 pub mod routing;
 pub mod startup;
 pub mod store;

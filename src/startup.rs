@@ -52,6 +52,7 @@ pub struct Application {
     metrics: Arc<Metrics>,
     metrics_port: Option<u16>,
     quarantine: crate::quarantine::Quarantine,
+    provider_reconciler: crate::reconcile::ProviderReconciler,
 }
 
 impl Application {
@@ -104,6 +105,7 @@ impl Application {
         };
         let metrics_port = state.metrics_port;
         let quarantine = state.quarantine.clone();
+        let provider_reconciler = state.provider_reconciler.clone();
         let server =
             run(listener, metrics_listener, state, role).map_err(|source| StartupError::Bind {
                 address: config.server.listen.clone(),
@@ -119,6 +121,7 @@ impl Application {
             metrics,
             metrics_port,
             quarantine,
+            provider_reconciler,
         })
     }
 
@@ -151,6 +154,12 @@ impl Application {
     /// Where requests that failed verification go (tests flush it).
     pub fn quarantine(&self) -> &crate::quarantine::Quarantine {
         &self.quarantine
+    }
+
+    /// Reconciliation against providers' APIs; a process with background work runs
+    /// `run_on_schedule` (see `cli::serve`).
+    pub fn provider_reconciler(&self) -> &crate::reconcile::ProviderReconciler {
+        &self.provider_reconciler
     }
 
     /// Tests arm this to hold an admin action mid-way (see `admin::PausePoint`).

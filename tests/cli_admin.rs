@@ -43,6 +43,7 @@ hookgate_testkit::both_stores!(
     sources_shows_where_ids_come_from_and_no_secret,
     destinations_list_pause_and_resume_through_the_admin_api,
     quarantine_list_show_verify_and_discard_through_the_admin_api,
+    reconcile_runs_one_reconciliation_through_the_admin_api,
 );
 
 /// A running `serve --role api` with its own database, and what the tests need to reach it.
@@ -108,10 +109,20 @@ signing_secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
 }
 
 fn start_gateway(backend: Backend, destination_url: &str) -> Gateway {
+    start_gateway_with(backend, destination_url, "")
+}
+
+/// As `start_gateway`, with `stripe_extra` added to the stripe source's tables.
+fn start_gateway_with(backend: Backend, destination_url: &str, stripe_extra: &str) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("hookgate.toml");
     let (database, url) = hookgate_testkit::database_for_processes(backend, dir.path());
-    std::fs::write(&config_path, config(&url, destination_url)).unwrap();
+    let text = config(&url, destination_url).replacen(
+        "[[destinations]]",
+        &format!("{stripe_extra}\n[[destinations]]"),
+        1,
+    );
+    std::fs::write(&config_path, text).unwrap();
     let mut cmd = bin();
     cmd.arg("serve")
         .arg("--config")
@@ -532,4 +543,42 @@ fn quarantine_list_show_verify_and_discard_through_the_admin_api(backend: Backen
     let (empty, _) = gw.ok(&["quarantine", "list"]);
     assert_eq!(empty, "the quarantine is empty\n");
     assert!(gw.fails(&["quarantine", "show", &id]).contains("not_found"));
+}
+
+fn reconcile_runs_one_reconciliation_through_the_admin_api(backend: Backend) {
+    use hookgate_testkit::fake_providers::FakeProviders;
+    const API_KEY: &str = "sk_test_cli_reconcile_key_0123456789";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let fake = rt.block_on(FakeProviders::start(API_KEY));
+    let gw = start_gateway_with(
+        backend,
+        "http://127.0.0.1:9/x",
+        &format!(
+            "[sources.reconcile]\napi_key = \"{API_KEY}\"\napi_base = \"{}\"\n",
+            fake.base
+        ),
+    );
+    gw.ingest(&stripe_event("evt_cli_seen", "invoice.paid"));
+    fake.add_stripe_event("evt_cli_seen", "invoice.paid");
+    fake.add_stripe_event("evt_cli_lost", "invoice.paid");
+    let (text, _) = gw.ok(&["reconcile", "--source", "stripe"]);
+    assert!(
+        text.contains("2 listed") && text.contains("1 missing") && text.contains("1 recovered"),
+        "{text}"
+    );
+    let since = (chrono::Utc::now() - chrono::TimeDelta::hours(1)).to_rfc3339();
+    let json = gw.json(&["reconcile", "--source", "stripe", "--since", &since]);
+    assert_eq!(
+        (json["listed"].as_i64(), json["missing"].as_i64()),
+        (Some(2), Some(0))
+    );
+    let listing = fake.requests().pop().unwrap();
+    let gte: i64 = listing.query["created[gte]"].parse().unwrap();
+    assert!(
+        (gte - (chrono::Utc::now().timestamp() - 3600)).abs() < 60,
+        "{gte}"
+    );
+    let stderr = gw.fails(&["reconcile", "--source", "nope"]);
+    assert!(stderr.contains("not_found"), "{stderr}");
+    assert!(!text.contains(API_KEY));
 }

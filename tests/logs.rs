@@ -43,13 +43,26 @@ impl Write for Captured {
     }
 }
 
+const RECONCILE_API_KEY: &str = "sk_test_logs_reconcile_key_4eC39HqLyjWDarjtT1zdp7dc";
+
 const BODY_MARKER: &str = "body-marker-7f3a9c21-never-log-me";
 
 async fn full_run(backend: Backend) -> Vec<String> {
     let sink = Sink::start().await;
     // One failed attempt, whose log line must say why.
     sink.script("/audit", &[support::sink::Answer::status(503)]);
-    let app = spawn_app_with_sink(backend, &sink, |_| {}).await;
+    // Reconciliation against a fake Stripe API: its credential must not be logged either.
+    let fake = support::fake_providers::FakeProviders::start(RECONCILE_API_KEY).await;
+    let api_base = fake.base.clone();
+    let app = spawn_app_with_sink(backend, &sink, |settings| {
+        settings.sources[0].reconcile = Some(
+            toml::from_str(&format!(
+                "api_key = \"{RECONCILE_API_KEY}\"\napi_base = \"{api_base}\""
+            ))
+            .unwrap(),
+        );
+    })
+    .await;
     let body =
         format!(r#"{{"id":"evt_logs","type":"invoice.paid","secret_note":"{BODY_MARKER}"}}"#);
     let headers =
@@ -94,6 +107,33 @@ async fn full_run(backend: Backend) -> Vec<String> {
         )
         .await;
     assert_eq!(r.status(), 401);
+    // One reconciliation that recovers an event, one whose call fails.
+    fake.add_stripe_event("evt_logs_recovered", "invoice.paid");
+    for fail in [false, true] {
+        if fail {
+            fake.fail_request(
+                1,
+                support::fake_providers::Failure {
+                    status: 500,
+                    retry_after: None,
+                },
+            );
+        }
+        let r = app
+            .admin(
+                Method::POST,
+                ACME_TOKEN,
+                "/sources/stripe/reconciliations",
+                None,
+                None,
+            )
+            .await;
+        let run: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(run["errors"], i64::from(fail), "{run}");
+        assert!(!run.to_string().contains(RECONCILE_API_KEY));
+    }
+    assert!(fake.requests()[0].headers["authorization"].contains(RECONCILE_API_KEY));
+    assert!(!format!("{:?}", app.config).contains(RECONCILE_API_KEY));
     // The MACs themselves: Stripe's hex after "v1=", the forward's base64 after "v1,".
     vec![
         signature.split("v1=").nth(1).unwrap().to_owned(),
@@ -115,6 +155,7 @@ async fn no_secret_token_signature_or_body_is_logged(backend: Backend) {
         ACME_TOKEN.into(),
         support::DEFAULT_TOKEN.into(),
         "hg_wrong_token_for_logs".into(),
+        RECONCILE_API_KEY.into(),
         // The destinations' signing secrets, as configured.
         "dGVzdC1iaWxsaW5nLXNpZ25pbmcta2V5".into(),
         "dGVzdC1hdWRpdC1zaWduaW5nLWtleQ".into(),
@@ -138,6 +179,8 @@ async fn no_secret_token_signature_or_body_is_logged(backend: Backend) {
             .filter(|l| l["fields"]["message"] == m)
             .collect()
     };
+    assert_eq!(with_message("reconciliation run finished").len(), 2);
+    assert_eq!(with_message("reconciliation call failed").len(), 1);
     let accepted = with_message("webhook accepted");
     assert_eq!(accepted.len(), 1, "one for this store's run");
     for l in &accepted {

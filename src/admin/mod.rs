@@ -10,6 +10,7 @@ pub(crate) mod events;
 mod idempotency;
 mod openapi;
 pub(crate) mod quarantine;
+pub(crate) mod reconciliations;
 pub(crate) mod sources;
 pub(crate) mod undelivered;
 pub(crate) mod views;
@@ -86,6 +87,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 resource("/quarantine/{id}/verify", "POST")
                     .route(web::post().to(quarantine::verify)),
+            )
+            .service(
+                resource("/sources/{name}/reconciliations", "GET, POST")
+                    .route(web::get().to(reconciliations::list))
+                    .route(web::post().to(reconciliations::run)),
             )
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::openapi_json))),
     );

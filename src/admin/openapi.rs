@@ -13,7 +13,9 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Tenant;
 use super::idempotency::KEY_PATTERN;
 use super::MAX_BODY_BYTES;
-use super::{dead_letters, destinations, events, quarantine, sources, undelivered, views};
+use super::{
+    dead_letters, destinations, events, quarantine, reconciliations, sources, undelivered, views,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +42,8 @@ use super::{dead_letters, destinations, events, quarantine, sources, undelivered
         quarantine::verify,
         quarantine::bulk_verify,
         quarantine::discard,
+        reconciliations::list,
+        reconciliations::run,
         openapi_json,
     ),
     components(schemas(
@@ -53,6 +57,9 @@ use super::{dead_letters, destinations, events, quarantine, sources, undelivered
         undelivered::UndeliveredRetryRequest, quarantine::QuarantineView,
         quarantine::QuarantinePage, quarantine::QuarantineDetail,
         quarantine::QuarantineVerifyRequest, quarantine::VerifyReply, quarantine::BulkVerifyReply,
+        undelivered::UndeliveredRetryRequest,
+        reconciliations::ReconciliationView, reconciliations::ReconciliationsReply,
+        reconciliations::ReconciliationRequest,
     )),
     modifiers(&BearerAuth),
 )]
@@ -105,7 +112,7 @@ const BULK_FILTERS: [(&str, &[&str]); 2] = [
 
 /// Links from a response to the operations that take one of its ids, so a client (or a
 /// stateful tester) can walk from a list to its items.
-const LINKS: [(&str, &str, &str, &str, &str); 5] = [
+const LINKS: [(&str, &str, &str, &str, &str); 7] = [
     (
         "list_events",
         "200",
@@ -140,6 +147,20 @@ const LINKS: [(&str, &str, &str, &str, &str); 5] = [
         "get_event",
         "id",
         "$response.body#/jobs/0/event_id",
+    ),
+    (
+        "list_sources",
+        "200",
+        "list_reconciliations",
+        "name",
+        "$response.body#/data/0/name",
+    ),
+    (
+        "list_sources",
+        "200",
+        "run_reconciliation",
+        "name",
+        "$response.body#/data/0/name",
     ),
 ];
 
@@ -340,7 +361,7 @@ mod tests {
                 ops.push((method.clone(), path.clone(), op.clone()));
             }
         }
-        assert_eq!(ops.len(), 22);
+        assert_eq!(ops.len(), 24);
         ops
     }
 
@@ -541,7 +562,7 @@ mod tests {
             .into_iter()
             .filter(|(m, _, _)| m == "post")
             .collect();
-        assert_eq!(posts.len(), 9);
+        assert_eq!(posts.len(), 10);
         for (_, path, op) in posts {
             let key = param(&op, "Idempotency-Key");
             assert_eq!(key["in"], "header", "{path}");

@@ -36,6 +36,9 @@ pub struct SourceView {
     pub secrets: usize,
     pub public_url: Option<String>,
     pub destinations: Vec<String>,
+    /// Whether the source is reconciled against its provider's API (`[sources.reconcile]`);
+    /// its runs are at `/admin/v1/sources/{name}/reconciliations`.
+    pub reconciled: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -99,6 +102,7 @@ pub(crate) fn views(state: &AppState, tenant: &str) -> Vec<SourceView> {
                 secrets: s.verifier.key_count(),
                 public_url: s.verifier.public_url().map(str::to_owned),
                 destinations: s.destinations.iter().map(|d| d.to_string()).collect(),
+                reconciled: s.reconcile.is_some(),
             }
         })
         .collect();

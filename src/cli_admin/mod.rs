@@ -1,4 +1,4 @@
-//! `hookgate events|replay|dead-letters|sources|destinations`: operator commands that call the admin API of a
+//! `hookgate events|replay|dead-letters|sources|destinations|quarantine|reconcile`: operator commands that call the admin API of a
 //! running gateway. They go through the API rather than the database because the API is the
 //! one place that enforces tenant scoping, Idempotency-Key and validation, and because it
 //! works against a remote deployment without handing out database credentials.
@@ -6,10 +6,12 @@
 mod client;
 mod destinations;
 mod quarantine;
+mod reconcile;
 mod render;
 
 pub use destinations::{destinations, DestinationsCommand};
 pub use quarantine::{quarantine, QuarantineCommand};
+pub use reconcile::{reconcile, ReconcileArgs};
 
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};

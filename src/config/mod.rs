@@ -2,6 +2,7 @@
 
 mod destination;
 mod quarantine;
+mod reconcile;
 mod routes;
 mod secret;
 mod settings;
@@ -9,6 +10,7 @@ mod validate;
 
 pub use destination::{Circuit, Destination, RateLimit};
 pub use quarantine::{QuarantineConfig, QuarantineSettings};
+pub use reconcile::{ReconcileConfig, ReconcileProvider, ReconcileSettings};
 pub use secret::resolve_secret;
 pub use settings::{
     default_retry_schedule, AdminSettings, AdminTokenSettings, AlertsSettings, CircuitSettings,

@@ -393,6 +393,8 @@ pub struct SourceSettings {
     pub rate_limit_per_second: Option<u32>,
     /// Requests allowed at once above the sustained rate (default: one second's worth).
     pub rate_limit_burst: Option<u32>,
+    /// Reconciliation against the provider's API (`[sources.reconcile]`); none when absent.
+    pub reconcile: Option<super::reconcile::ReconcileSettings>,
 }
 
 /// One `[[sources.routes]]` table: a destination and the conditions to go there (see

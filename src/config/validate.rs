@@ -121,6 +121,8 @@ pub struct Source {
     pub routes: RouteTable,
     /// (requests per second, burst), when the source is rate limited.
     pub rate_limit: Option<(u32, u32)>,
+    /// Reconciliation against the provider's API, when configured.
+    pub reconcile: Option<super::reconcile::ReconcileConfig>,
 }
 
 /// `[alerts]`, when it names a destination.
@@ -339,6 +341,28 @@ impl GatewayConfig {
                 event_id: src.event_id.clone(),
                 event_type: src.event_type.clone(),
             };
+            let reconcile = src
+                .reconcile
+                .as_ref()
+                .map(|r| {
+                    super::reconcile::reconcile_config(
+                        i,
+                        &definition.name,
+                        src.event_id.is_some(),
+                        r,
+                    )
+                })
+                .transpose()?;
+            if reconcile
+                .as_ref()
+                .is_some_and(|r| r.lookback > retention.dedupe_window)
+            {
+                // An id forgotten by retention would look missing and be recovered again.
+                return Err(invalid(
+                    key("reconcile.lookback"),
+                    "is longer than retention.dedupe_window: events whose ids were forgotten would be recovered twice",
+                ));
+            }
             let definition = definition
                 .with_overrides(&overrides)
                 .map_err(|(k, p)| invalid(key(k), p))?;
@@ -428,6 +452,7 @@ impl GatewayConfig {
                     destinations: routes.destinations(),
                     routes,
                     rate_limit,
+                    reconcile,
                 }),
             );
         }

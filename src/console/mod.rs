@@ -7,6 +7,7 @@ mod destinations;
 mod handlers;
 mod pages;
 mod quarantine;
+mod reconciliations;
 mod request;
 mod session;
 mod undelivered;
@@ -46,6 +47,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/events/{id}/replay", web::post().to(handlers::replay))
             .route("/dead-letters", web::get().to(handlers::dead_letters))
             .route("/sources", web::get().to(handlers::sources))
+            .route(
+                "/sources/{name}/reconciliations",
+                web::get().to(reconciliations::list),
+            )
             .route("/destinations", web::get().to(destinations::list))
             .route("/undelivered", web::get().to(undelivered::list))
             .route("/undelivered/retry", web::post().to(undelivered::retry))

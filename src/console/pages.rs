@@ -277,7 +277,12 @@ pub fn sources(tenant: &str, csrf: &str, notice: Option<&str>, rows: &[SourceVie
                 }
                 @for s in rows {
                     tr {
-                        td { code { "/webhooks/" (s.name) } }
+                        td {
+                            code { "/webhooks/" (s.name) }
+                            @if s.reconciled {
+                                " " a href={ "/console/sources/" (s.name) "/reconciliations" } { "reconciliation" }
+                            }
+                        }
                         td { (s.definition) }
                         td { (list(&s.algorithms)) " in " (list(&s.signature_from)) }
                         td { (s.secrets) }

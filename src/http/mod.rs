@@ -39,6 +39,8 @@ pub struct AppState {
     pub alerts: crate::alerts::Alerts,
     /// Keeps requests that failed verification.
     pub quarantine: crate::quarantine::Quarantine,
+    /// Runs reconciliations against providers' APIs (the admin API's on-demand runs).
+    pub provider_reconciler: crate::reconcile::ProviderReconciler,
 }
 
 impl AppState {
@@ -61,7 +63,14 @@ impl AppState {
             config.admin.auth_failure_burst,
             config.admin.auth_failure_interval,
         );
+        let provider_reconciler = crate::reconcile::ProviderReconciler::new(
+            store.clone(),
+            config.clone(),
+            batcher.clone(),
+            metrics.clone(),
+        );
         Self {
+            provider_reconciler,
             alerts: crate::alerts::Alerts::new(store.clone(), config.clone()),
             quarantine: crate::quarantine::Quarantine::start(
                 store.clone(),

@@ -67,6 +67,7 @@ mod postgres;
 mod quarantine;
 mod queue;
 mod reads;
+mod reconciliation;
 mod retention;
 mod rows;
 mod series;
@@ -89,6 +90,7 @@ pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;
 pub use quarantine::{NewQuarantined, QuarantineFilter, QuarantineSummary, Quarantined, Walk};
 pub use queue::JobWaker;
+pub use reconciliation::{ReconciliationEnd, ReconciliationRun, ReconciliationState};
 pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{

@@ -21,6 +21,9 @@ pub struct Metrics {
     pub reconciler_repairs: IntCounterVec,
     /// Rejected requests by source and what became of them in the quarantine.
     pub quarantine: IntCounterVec,
+    /// Reconciliation against providers' APIs, by source and kind (listed, missing,
+    /// recovered, errors).
+    pub reconciliation: IntCounterVec,
     jobs: IntGaugeVec,
     delivery_lag: prometheus::Gauge,
     pool: IntGaugeVec,
@@ -108,6 +111,11 @@ impl Metrics {
                  dropped_full, dropped_too_large, write_failed, evicted, ingested, \
                  still_rejected, discarded)",
                 &["source", "outcome"],
+            ),
+            reconciliation: counter(
+                "reconciliation_total",
+                "Reconciliation against providers' APIs: events listed, missing, recovered, and errors, by source",
+                &["source", "kind"],
             ),
             jobs: gauge(
                 "jobs",

@@ -1,12 +1,14 @@
 //! Signature verification, driven by data in `providers/*.toml`.
 //!
 //! `Unverified::verify` is the only way to obtain a `Verified`, and ingestion accepts only
-//! a `VerifiedEvent`, so no code path can store an unauthenticated request.
+//! a `VerifiedEvent`, so no code path can store an unauthenticated request. The one other
+//! way in is `provider_api`: events read from the provider's API over an authenticated call.
 
 mod definition;
 mod handshake;
 mod json_pointer;
 mod keys;
+pub(crate) mod provider_api;
 mod registry;
 mod request;
 mod sign;

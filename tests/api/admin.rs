@@ -582,6 +582,8 @@ async fn the_openapi_document_lists_every_endpoint(backend: Backend) {
         "DELETE /admin/v1/quarantine/{id}",
         "POST /admin/v1/quarantine/{id}/verify",
         "POST /admin/v1/quarantine/verify",
+        "GET /admin/v1/sources/{name}/reconciliations",
+        "POST /admin/v1/sources/{name}/reconciliations",
         "GET /admin/v1/openapi.json",
     ]
     .into_iter()

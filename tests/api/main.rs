@@ -27,6 +27,7 @@ mod outage;
 mod pools;
 mod quarantine;
 mod rate_limit;
+mod reconciliation;
 mod retention;
 mod routing;
 mod security;

@@ -5,6 +5,7 @@
 //! as a dev-dependency; it is a member crate so that no test includes it by `#[path]`.
 
 pub mod console;
+pub mod fake_providers;
 pub mod postgres;
 pub mod proxy;
 pub mod raw;

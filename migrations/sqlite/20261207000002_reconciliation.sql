@@ -1,0 +1,36 @@
+-- Reconciliation against providers' APIs (docs/RECOVERY.md). One state row per reconciled
+-- source: the lease that lets one process at a time run it (claimed with a token and an
+-- expiry, like a job's), the cursor an interrupted run left, and when the next run is due.
+CREATE TABLE reconciliation_state (
+    source        TEXT PRIMARY KEY NOT NULL,
+    lease_token   TEXT,
+    lease_until   INTEGER,
+    -- The provider's opaque cursor and the window start it belongs to; NULL: start afresh.
+    cursor        TEXT,
+    cursor_since  INTEGER,
+    -- The provider's Retry-After: no run before this.
+    not_before    INTEGER,
+    next_due_at   INTEGER
+);
+
+-- One row per run, kept for the admin API and the console; run_by is `schedule` or `admin`.
+CREATE TABLE reconciliation_runs (
+    id           TEXT PRIMARY KEY NOT NULL,
+    tenant       TEXT NOT NULL,
+    source       TEXT NOT NULL,
+    provider     TEXT NOT NULL,
+    run_by       TEXT NOT NULL,
+    started_at   INTEGER NOT NULL,
+    finished_at  INTEGER,
+    window_since INTEGER NOT NULL,
+    window_until INTEGER NOT NULL,
+    pages        BIGINT NOT NULL DEFAULT 0,
+    listed       BIGINT NOT NULL DEFAULT 0,
+    missing      BIGINT NOT NULL DEFAULT 0,
+    recovered    BIGINT NOT NULL DEFAULT 0,
+    errors       BIGINT NOT NULL DEFAULT 0,
+    last_error   TEXT,
+    cursor       TEXT
+);
+
+CREATE INDEX reconciliation_runs_source_idx ON reconciliation_runs (source, started_at DESC, id DESC);
