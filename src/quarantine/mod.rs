@@ -5,11 +5,14 @@
 //! not fit is dropped and counted, so a flood of bad requests costs ingest neither waits nor
 //! writes it did not already have.
 
+mod pace;
 mod reverify;
 mod writer;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +28,11 @@ pub use reverify::{reverify, Reverified};
 const QUEUE_REQUESTS: usize = 1_024;
 /// Body bytes waiting for the writer, at most.
 const QUEUE_BYTES: usize = 16 * 1024 * 1024;
+/// Refused requests one source may hand over per second, and at once: a source whose secret
+/// went out of date is kept whole at a few requests a second, and one flooded source
+/// takes no more than its share of the queue and the writer.
+const SOURCE_RATE: f64 = 64.0;
+const SOURCE_BURST: f64 = 512.0;
 
 enum Item {
     Keep(Box<NewQuarantined>),
@@ -38,6 +46,8 @@ pub struct Quarantine {
     queue: Option<mpsc::Sender<Item>>,
     queued_bytes: Arc<AtomicUsize>,
     max_bytes_per_source: usize,
+    /// Each source's admission bucket, made at its first refused request.
+    admission: Arc<Mutex<HashMap<String, pace::Bucket>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -69,6 +79,7 @@ impl Quarantine {
             queued_bytes,
             max_bytes_per_source: usize::try_from(config.max_bytes_per_source)
                 .unwrap_or(usize::MAX),
+            admission: Arc::default(),
             metrics,
         }
     }
@@ -90,6 +101,10 @@ impl Quarantine {
         let len = request.body().len();
         if len > self.max_bytes_per_source {
             count("dropped_too_large");
+            return;
+        }
+        if !self.admit(source.name.as_str()) {
+            count("dropped_rate");
             return;
         }
         // Reserve the bytes first: concurrent requests cannot together pass the bound.
@@ -120,6 +135,19 @@ impl Quarantine {
                 .expect("a list of string pairs always serialises"),
             body: request.body().clone(),
         })));
+    }
+
+    /// Whether `source` may hand over one more request now.
+    fn admit(&self, source: &str) -> bool {
+        let now = Instant::now();
+        let mut buckets = self
+            .admission
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        buckets
+            .entry(source.to_owned())
+            .or_insert_with(|| pace::Bucket::full(SOURCE_RATE, SOURCE_BURST, now))
+            .try_take(now)
     }
 
     /// Waits until every request handed over before this call is written (or dropped).

@@ -3,7 +3,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use std::time::Instant;
+
 use tokio::sync::mpsc;
+
+use super::pace::Bucket;
 
 use super::Item;
 use crate::config::QuarantineConfig;
@@ -12,11 +16,12 @@ use crate::telemetry::Metrics;
 
 /// Requests written in one transaction, at most.
 const BATCH: usize = 128;
-/// Requests written per second, at most, in bursts of up to a second's worth. Under a flood
-/// the quarantine keeps a sample (the newest `max_per_source` survive either way), and its
-/// writes stay a small share of what the store can take, which valid ingest needs; what
-/// the queue cannot hold meanwhile is dropped and counted (`dropped_full`).
-const ROWS_PER_SECOND: f64 = 1_280.0;
+/// Requests written per second by one process, at most, in bursts of up to `WRITE_BURST`.
+/// Under a flood the quarantine keeps a sample (the newest `max_per_source` survive either
+/// way), so writing faster buys nothing; measured with the bench's `quarantine-flood`
+/// (docs/decisions/quarantine-writer-pacing.md).
+const WRITE_RATE: f64 = 256.0;
+const WRITE_BURST: f64 = 1_024.0;
 
 pub(super) async fn run(
     store: Store,
@@ -27,7 +32,7 @@ pub(super) async fn run(
 ) {
     let mut batch: Vec<NewQuarantined> = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
-    let mut budget = Budget::new();
+    let mut budget = Bucket::full(WRITE_RATE, WRITE_BURST, Instant::now());
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
         while let Some(item) = next {
@@ -41,43 +46,16 @@ pub(super) async fn run(
                 None
             };
         }
-        budget.take(batch.len()).await;
+        let wait = budget.take(batch.len(), Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
         write(&store, &config, &batch, &metrics).await;
         let bytes: usize = batch.iter().map(|r| r.body.len()).sum();
         queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
         batch.clear();
         for done in flushes.drain(..) {
             let _ = done.send(());
-        }
-    }
-}
-
-/// A token bucket of rows: `take` waits until the bucket holds `n`.
-struct Budget {
-    rows: f64,
-    at: tokio::time::Instant,
-}
-
-impl Budget {
-    fn new() -> Self {
-        Self {
-            rows: ROWS_PER_SECOND,
-            at: tokio::time::Instant::now(),
-        }
-    }
-
-    async fn take(&mut self, n: usize) {
-        let now = tokio::time::Instant::now();
-        let refill = now.duration_since(self.at).as_secs_f64() * ROWS_PER_SECOND;
-        self.rows = (self.rows + refill).min(ROWS_PER_SECOND);
-        self.at = now;
-        let short = n as f64 - self.rows;
-        if short > 0.0 {
-            tokio::time::sleep(std::time::Duration::from_secs_f64(short / ROWS_PER_SECOND)).await;
-            self.rows = 0.0;
-            self.at = tokio::time::Instant::now();
-        } else {
-            self.rows -= n as f64;
         }
     }
 }

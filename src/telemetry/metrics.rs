@@ -108,7 +108,7 @@ impl Metrics {
             quarantine: counter(
                 "quarantine_requests_total",
                 "Rejected requests by source and what the quarantine did with them (kept, \
-                 dropped_full, dropped_too_large, write_failed, evicted, ingested, \
+                 dropped_rate, dropped_full, dropped_too_large, write_failed, evicted, ingested, \
                  still_rejected, discarded)",
                 &["source", "outcome"],
             ),

@@ -26,6 +26,7 @@ both_backends!(
     retention_and_discard_remove_requests,
     a_verification_cut_off_after_its_ingest_ends_as_a_duplicate,
     a_failed_quarantine_write_is_counted_and_ingest_goes_on,
+    a_flooded_source_keeps_its_share_and_others_keep_theirs,
 );
 
 const NEW_GITHUB_SECRET: &str = "the-secret-rotated-at-github";
@@ -472,4 +473,61 @@ async fn a_failed_quarantine_write_is_counted_and_ingest_goes_on(backend: Backen
     assert_eq!(failed, 1);
     assert_eq!(post_github(&app, GITHUB_SECRET, 2).await.status(), 200);
     assert_eq!(app.store.count_events().await.unwrap(), 1);
+}
+
+/// 1,500 refused requests to one source as fast as they come: the source keeps at most its
+/// burst and rate (the rest dropped and counted), and another source's request is kept.
+async fn a_flooded_source_keeps_its_share_and_others_keep_theirs(backend: Backend) {
+    use futures_util::StreamExt as _;
+    let app = spawn_app_with(backend, |s, url| {
+        s.quarantine.max_per_source = 20;
+        url.to_owned()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let statuses: Vec<u16> = futures_util::stream::iter(0..1_500)
+        .map(|n| {
+            let app = &app;
+            async move {
+                post_github(app, NEW_GITHUB_SECRET, n)
+                    .await
+                    .status()
+                    .as_u16()
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(statuses.iter().all(|s| *s == 401));
+    let body = r#"{"id":"evt_beside_the_flood","type":"invoice.paid"}"#;
+    let headers = stripe_headers("whsec_rotated_at_stripe", now(), body.as_bytes());
+    assert_eq!(
+        app.post_webhook("stripe", &headers, body).await.status(),
+        401
+    );
+    app.quarantine.flush().await;
+    let count = |source: &str, outcome: &str| {
+        app.metrics
+            .quarantine
+            .with_label_values(&[source, outcome])
+            .get()
+    };
+    let (kept, rate, full) = (
+        count("github", "kept"),
+        count("github", "dropped_rate"),
+        count("github", "dropped_full"),
+    );
+    assert_eq!(kept + rate + full, 1_500);
+    let allowance = 512.0 + 64.0 * elapsed;
+    assert!(
+        (kept as f64) <= allowance + 1.0,
+        "kept {kept} of 1,500 in {elapsed:.1} s: over the admission's {allowance:.0}"
+    );
+    assert_eq!(
+        count("stripe", "kept"),
+        1,
+        "the other source is not crowded out"
+    );
+    assert_eq!(app.store.quarantine_usage("github").await.unwrap().0, 20);
 }
