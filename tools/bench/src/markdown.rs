@@ -304,6 +304,9 @@ pub fn render(r: &Results) -> String {
     for i in r.routes.iter().flat_map(|g| &g.ingest) {
         i.table_row(&mut s);
     }
+    for f in r.quarantine_flood.iter().flat_map(|q| &q.stores) {
+        f.table_row(&mut s);
+    }
     details(&mut s, r);
     s
 }
