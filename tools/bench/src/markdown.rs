@@ -450,6 +450,9 @@ fn details(s: &mut String, r: &Results) {
     if let Some(g) = &r.routes {
         g.details(s);
     }
+    if let Some(q) = &r.quarantine_flood {
+        q.details(s);
+    }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");
         for e in &r.errors {

@@ -135,6 +135,39 @@ pub fn flood_cpu_us_per_request(flood: &FloodLeg, alone: &FloodLeg) -> f64 {
     beyond / flood.flood_answered.max(1) as f64
 }
 
+impl QuarantineFlood {
+    /// The details below bench/RESULTS.md's table: each leg's figures, per store.
+    pub fn details(&self, s: &mut String) {
+        if self.stores.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "\nQuarantine flood, per leg (valid load at the fixed concurrency; the flood beside it on legs 2 and 3):\n\n| store | leg | valid events/s | per round | valid p99 (worst round) | gateway CPU per valid event | flood answered/s |\n| --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for f in &self.stores {
+            for l in &f.legs {
+                let rounds: Vec<String> = l.segments.iter().map(|x| rate(x.throughput)).collect();
+                let p99 = l.segments.iter().map(|x| x.p99_ms).fold(0.0, f64::max);
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {p99:.1} ms | {:.1} µs | {} |",
+                    f.store_name(),
+                    l.name,
+                    rate(l.throughput),
+                    rounds.join(", "),
+                    l.cpu_us_per_event,
+                    if l.flood {
+                        rate(l.flood_answered_per_s)
+                    } else {
+                        "—".into()
+                    }
+                );
+            }
+        }
+    }
+}
+
 impl FloodStore {
     /// Every source's kept rows and bytes within the bounds, something kept, nothing kept
     /// with the quarantine off.
@@ -329,5 +362,16 @@ mod tests {
         let text = row(&accepted);
         assert!(text.contains("not clean: flood+quarantine"), "{text}");
         assert!(text.ends_with("| **no** |\n"));
+    }
+
+    #[test]
+    fn the_details_list_every_leg() {
+        let mut s = String::new();
+        QuarantineFlood {
+            stores: vec![store(900.0, 500)],
+        }
+        .details(&mut s);
+        assert_eq!(s.matches("| SQLite |").count(), 3, "{s}");
+        assert!(s.contains("| flood+quarantine | 900 | 900 |"), "{s}");
     }
 }
