@@ -54,6 +54,8 @@ pub struct GwConfig {
     pub extra_sources: Vec<String>,
     /// `[[destinations]]` tables added after `sink`, as TOML.
     pub extra_destinations: Vec<String>,
+    /// Other top-level tables (`[quarantine]`, ...), as TOML, placed before the sources.
+    pub extra_toml: Vec<String>,
 }
 
 impl GwConfig {
@@ -65,6 +67,7 @@ impl GwConfig {
             sqlite_synchronous: None,
             extra_sources: Vec::new(),
             extra_destinations: Vec::new(),
+            extra_toml: Vec::new(),
         }
     }
 }
@@ -101,6 +104,10 @@ reconcile_lookback = "24h"
             "[worker]\n",
             &format!("sqlite_synchronous = \"{level}\"\n\n[worker]\n"),
         );
+    }
+    for extra in &cfg.extra_toml {
+        t.push('\n');
+        t.push_str(extra);
     }
     for s in bench_sources() {
         let provider = match s.scheme {

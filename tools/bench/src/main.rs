@@ -27,7 +27,9 @@ use clap::{Args, Parser, Subcommand};
 
 use gateway::GatewayOpts;
 use report::Results;
-use scenarios::{backlog, delivery, e2e, ingest, routes, signatures, sustained, Ctx};
+use scenarios::{
+    backlog, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained, Ctx,
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "hookgate-bench", about = "Benchmarks for the hookgate gateway")]
@@ -78,6 +80,9 @@ enum Cmd {
     /// Ingest of the same events to a source with ten filtered routes against a source with
     /// one plain destination, alternated on one gateway.
     Routes(Common),
+    /// Valid ingest alone, under a flood of badly signed requests with the quarantine on, and
+    /// under the same flood with it off: two gateways side by side, alternated.
+    QuarantineFlood(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -179,6 +184,19 @@ struct Common {
     /// `routes`: requests per segment (default 60,000, or 20,000 with --quick).
     #[arg(long)]
     route_requests: Option<usize>,
+    /// `quarantine-flood`: stores to measure on (comma-separated: sqlite, pg).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,pg")]
+    flood_stores: Vec<signatures::Store>,
+    /// `quarantine-flood`: badly signed requests per second during the flood legs (above
+    /// the quarantine writer's 1,280 rows/s, so its pacing and drops are exercised).
+    #[arg(long, default_value_t = 2_000.0)]
+    flood_rate: f64,
+    /// `quarantine-flood`: rounds of alternated segments (default 6, or 2 with --quick).
+    #[arg(long)]
+    flood_rounds: Option<usize>,
+    /// `quarantine-flood`: seconds per segment (default 10, or 3 with --quick).
+    #[arg(long)]
+    flood_seconds: Option<u64>,
 }
 
 #[tokio::main]
@@ -208,6 +226,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Backlog { common, .. } => ("backlog", common),
         Cmd::Signatures(c) => ("signatures", c),
         Cmd::Routes(c) => ("routes", c),
+        Cmd::QuarantineFlood(c) => ("quarantine-flood", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -354,6 +373,21 @@ async fn run(
         let out = routes::run(&ctx, stores, rounds, requests).await;
         record(&mut results, "routes", &stamp, out, |r, v| {
             r.routes = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("quarantine-flood") {
+        section("quarantine-flood: valid ingest under a flood of badly signed requests");
+        let sizes = quarantine_flood::Sizes {
+            flood_rate: common.flood_rate,
+            rounds: common.flood_rounds.unwrap_or(if ctx.quick { 2 } else { 6 }),
+            seconds: common
+                .flood_seconds
+                .unwrap_or(if ctx.quick { 3 } else { 10 }),
+        };
+        let out = quarantine_flood::run(&ctx, &common.flood_stores, sizes).await;
+        record(&mut results, "quarantine-flood", &stamp, out, |r, v| {
+            r.quarantine_flood = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;

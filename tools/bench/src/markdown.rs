@@ -304,6 +304,9 @@ pub fn render(r: &Results) -> String {
     for i in r.routes.iter().flat_map(|g| &g.ingest) {
         i.table_row(&mut s);
     }
+    for f in r.quarantine_flood.iter().flat_map(|q| &q.stores) {
+        f.table_row(&mut s);
+    }
     details(&mut s, r);
     s
 }
@@ -446,6 +449,9 @@ fn details(s: &mut String, r: &Results) {
     }
     if let Some(g) = &r.routes {
         g.details(s);
+    }
+    if let Some(q) = &r.quarantine_flood {
+        q.details(s);
     }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");

@@ -6,7 +6,9 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::GatewayOpts;
-use crate::scenarios::{backlog, delivery, e2e, ingest, routes, signatures, sustained};
+use crate::scenarios::{
+    backlog, delivery, e2e, ingest, quarantine_result, routes, signatures, sustained,
+};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -45,6 +47,7 @@ pub struct Results {
     pub backlog: Option<backlog::Backlog>,
     pub signatures: Option<signatures::Signatures>,
     pub routes: Option<routes::Routes>,
+    pub quarantine_flood: Option<quarantine_result::QuarantineFlood>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -76,6 +79,7 @@ impl Results {
         take!(backlog, "backlog");
         take!(signatures, "signatures");
         take!(routes, "routes");
+        take!(quarantine_flood, "quarantine-flood");
         // Scenarios that use no PostgreSQL leave the header's server as the run that
         // measured the others described it.
         if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {

@@ -4,6 +4,8 @@ pub mod backlog;
 pub mod delivery;
 pub mod e2e;
 pub mod ingest;
+pub mod quarantine_flood;
+pub mod quarantine_result;
 pub mod route_load;
 pub mod route_select;
 pub mod routes;
