@@ -244,7 +244,7 @@ async fn measure(
         }
     }
     let outcomes = match metrics(on.addr()).await {
-        Ok(text) => outcomes(&text),
+        Ok(text) => result::outcomes(&text),
         Err(e) => {
             println!("    (the quarantine-on gateway's /metrics could not be read: {e:#})");
             BTreeMap::new()
@@ -389,33 +389,6 @@ async fn metrics(addr: std::net::SocketAddr) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&response.body).into_owned())
 }
 
-const COUNTER: &str = "hookgate_quarantine_requests_total{";
-
-/// `hookgate_quarantine_requests_total` by outcome, summed over sources.
-pub fn outcomes(text: &str) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(COUNTER) else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let Some(outcome) = labels.split(',').find_map(|l| {
-            l.trim()
-                .strip_prefix("outcome=\"")
-                .and_then(|v| v.strip_suffix('"'))
-        }) else {
-            continue;
-        };
-        let Ok(n) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        *out.entry(outcome.to_owned()).or_default() += n as u64;
-    }
-    out
-}
-
 const KEPT_SQL: &str = "SELECT source, count(*), CAST(COALESCE(SUM(body_bytes), 0) AS BIGINT) \
                         FROM quarantine GROUP BY source ORDER BY source";
 
@@ -490,18 +463,5 @@ mod tests {
             "{text}"
         );
         assert_ne!(reqs[0], reqs[1]);
-    }
-
-    #[test]
-    fn outcomes_sum_the_counter_over_sources() {
-        let text = "# HELP hookgate_quarantine_requests_total x\n\
-            hookgate_quarantine_requests_total{source=\"stripe\",outcome=\"kept\"} 1280\n\
-            hookgate_quarantine_requests_total{outcome=\"kept\",source=\"github\"} 20\n\
-            hookgate_quarantine_requests_total{source=\"stripe\",outcome=\"dropped_full\"} 7\n\
-            hookgate_ingest_requests_total{source=\"stripe\",outcome=\"kept\"} 99\n";
-        let o = outcomes(text);
-        assert_eq!(o.get("kept"), Some(&1_300));
-        assert_eq!(o.get("dropped_full"), Some(&7));
-        assert_eq!(o.len(), 2);
     }
 }

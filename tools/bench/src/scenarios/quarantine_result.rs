@@ -266,6 +266,33 @@ impl FloodStore {
     }
 }
 
+const COUNTER: &str = "hookgate_quarantine_requests_total{";
+
+/// `hookgate_quarantine_requests_total` by outcome, summed over sources.
+pub fn outcomes(text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(COUNTER) else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(outcome) = labels.split(',').find_map(|l| {
+            l.trim()
+                .strip_prefix("outcome=\"")
+                .and_then(|v| v.strip_suffix('"'))
+        }) else {
+            continue;
+        };
+        let Ok(n) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        *out.entry(outcome.to_owned()).or_default() += n as u64;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,5 +400,18 @@ mod tests {
         .details(&mut s);
         assert_eq!(s.matches("| SQLite |").count(), 3, "{s}");
         assert!(s.contains("| flood+quarantine | 900 | 900 |"), "{s}");
+    }
+
+    #[test]
+    fn outcomes_sum_the_counter_over_sources() {
+        let text = "# HELP hookgate_quarantine_requests_total x\n\
+            hookgate_quarantine_requests_total{source=\"stripe\",outcome=\"kept\"} 1280\n\
+            hookgate_quarantine_requests_total{outcome=\"kept\",source=\"github\"} 20\n\
+            hookgate_quarantine_requests_total{source=\"stripe\",outcome=\"dropped_full\"} 7\n\
+            hookgate_ingest_requests_total{source=\"stripe\",outcome=\"kept\"} 99\n";
+        let o = outcomes(text);
+        assert_eq!(o.get("kept"), Some(&1_300));
+        assert_eq!(o.get("dropped_full"), Some(&7));
+        assert_eq!(o.len(), 2);
     }
 }
