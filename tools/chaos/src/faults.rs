@@ -4,7 +4,9 @@
 //! - other faults: every `fault_every`, the next card of a shuffled deck: PostgreSQL restart
 //!   (fast or immediate), `pg_terminate_backend` of every hookgate connection, a window of
 //!   sink 500s, a window of sink stalls, a pause (SIGSTOP, then SIGCONT) of a random process
-//!   for longer than the worker lease. The deck makes every kind come up in short runs.
+//!   for longer than the worker lease, a gateway outage (both PostgreSQL API processes killed
+//!   and held down for longer than a non-retrying provider waits, then started again). The
+//!   deck makes every kind come up in short runs.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cluster::Cluster;
-use crate::procs::Procs;
+use crate::procs::{Kind, Procs};
 use crate::sink::{Mode, SinkState};
 
 #[derive(Debug, Clone, Serialize)]
@@ -31,6 +33,7 @@ pub struct FaultOpts {
     pub restart_delay: (Duration, Duration),
     pub sink_window: (Duration, Duration),
     pub pause: (Duration, Duration),
+    pub outage: (Duration, Duration),
 }
 
 pub struct Faults {
@@ -55,9 +58,13 @@ enum Card {
     PgTerminate,
     Sink500,
     SinkStall,
+    /// Both PostgreSQL API processes down for seconds: every POST to them fails, and the
+    /// non-retrying provider's events sent meanwhile are lost unless reconciliation finds them.
+    Outage,
 }
 
-const DECK: [Card; 7] = [
+const DECK: [Card; 8] = [
+    Card::Outage,
     Card::Pause,
     Card::PgRestart,
     Card::PgTerminate,
@@ -180,6 +187,25 @@ impl Faults {
                             me.procs.resume(i, pid);
                         }
                     });
+                }
+                Card::Outage => {
+                    let d = between(&mut rng, self.opts.outage);
+                    let procs = self.procs.clone();
+                    let api: Vec<usize> = (0..procs.len())
+                        .filter(|&i| procs.specs[i].kind == Kind::Api)
+                        .collect();
+                    let names: Vec<String> =
+                        api.iter().map(|&i| procs.specs[i].name.clone()).collect();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for i in api {
+                            procs.hold_down(i, d);
+                        }
+                    })
+                    .await;
+                    self.note(
+                        "gateway outage",
+                        format!("{} down for {:.1}s", names.join(", "), d.as_secs_f64()),
+                    );
                 }
                 Card::PgRestart => {
                     let immediate = rng.bool();
