@@ -105,6 +105,9 @@ pub struct OnceFindings {
     pub stored_by_webhook_unacked: u64,
     /// Stored from the provider API by reconciliation.
     pub recovered: u64,
+    /// Of those, the ones whose POST was acknowledged all the same (as a duplicate: the
+    /// listing came while the POST waited).
+    pub recovered_while_posted: u64,
     /// Produced, never accepted by the sink: a violation.
     pub never_delivered: Vec<String>,
     pub api: ApiCounts,
@@ -175,6 +178,7 @@ pub fn check_once(
         }
         if from_api {
             f.recovered += 1;
+            f.recovered_while_posted += u64::from(acked);
         }
         if !accepted.contains(pid.as_str()) {
             let how = match (acked, state.stored.contains(pid)) {

@@ -70,6 +70,13 @@ fn once_lines(w: &mut String, o: &OnceFindings) {
         o.recovered,
         o.never_delivered.len()
     );
+    if o.recovered_while_posted > 0 {
+        let _ = writeln!(
+            w,
+            "            {} of the recovered were listed while their POST was still under way (answered 2xx as a duplicate)",
+            o.recovered_while_posted
+        );
+    }
     if o.not_acknowledged == 0 {
         let _ = writeln!(
             w,
@@ -161,7 +168,7 @@ impl Report {
         }
         let _ = writeln!(
             w,
-            "acked       {} events answered 2xx; {} never (provider gave up), of which {} stored anyway",
+            "acked       {} events answered 2xx; {} never (the provider gave up, or did not retry), of which {} stored anyway (the answer was lost, not the commit; or reconciliation)",
             f.events_acked, f.events_never_acked, f.stored_never_acked
         );
         let faults: Vec<String> = self
