@@ -7,6 +7,7 @@
 
 mod check;
 mod config;
+mod drain;
 mod faults;
 mod load;
 mod procs;
@@ -196,12 +197,6 @@ fn hookgate_revision(bin: &Path) -> String {
         Some(rev) => format!("{version} ({rev})"),
         None => version,
     }
-}
-
-async fn unfinished_jobs(pg_url: &str, lite: &Path) -> anyhow::Result<(i64, i64)> {
-    let pg = check::unfinished_pg(pg_url).await?;
-    let lite = check::unfinished_sqlite(lite).await?;
-    Ok((pg, lite))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
@@ -423,62 +418,20 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     let settle_secs = t_settle.elapsed().as_secs_f64();
 
-    // Drain: the queues empty and, when reconciled, every event the non-retrying provider
-    // produced stored, after at least one listing made once the faults had stopped.
+    // Drain.
     let t_drain = Instant::now();
-    let drain_deadline = Instant::now() + cli.drain_timeout;
-    let produced = provider_api.state.ids();
-    let mut last = (-1, -1);
-    let mut unstored = usize::MAX;
-    loop {
-        let queues = unfinished_jobs(&pg_url, &lite_db).await;
-        let recovered = if reconciled {
-            let listed_since_stop = provider_api
-                .state
-                .counts()
-                .last_call_at
-                .is_some_and(|t| t > load_stopped_at);
-            match recovery::unstored(&pg_url, &produced).await {
-                Ok(n) => unstored = n,
-                Err(e) => eprintln!("chaos: drain poll failed (retrying): {e}"),
-            }
-            listed_since_stop && unstored == 0
-        } else {
-            true
-        };
-        match queues {
-            Ok((0, 0)) if recovered => break,
-            Ok(n) => last = n,
-            Err(e) => eprintln!("chaos: drain poll failed (retrying): {e}"),
-        }
-        if Instant::now() > drain_deadline {
-            warnings.push(format!(
-                "the queues did not drain within {}: {} PostgreSQL and {} SQLite jobs left",
-                humantime::format_duration(cli.drain_timeout),
-                last.0.max(0),
-                last.1.max(0)
-            ));
-            if !recovered {
-                warnings.push(format!(
-                    "reconciliation did not catch up within {}: {} of the non-retrying \
-                     provider's events not stored{}",
-                    humantime::format_duration(cli.drain_timeout),
-                    if unstored == usize::MAX {
-                        "?".to_owned()
-                    } else {
-                        unstored.to_string()
-                    },
-                    if provider_api.state.counts().last_call_at <= Some(load_stopped_at) {
-                        ", and no listing since the faults stopped"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    drain::drain(
+        &drain::DrainSpec {
+            pg_url: &pg_url,
+            lite_db: &lite_db,
+            timeout: cli.drain_timeout,
+            provider_api: &provider_api.state,
+            reconciled,
+            load_stopped_at,
+        },
+        &mut warnings,
+    )
+    .await;
     let drain_secs = t_drain.elapsed().as_secs_f64();
     eprintln!("chaos: drained in {drain_secs:.1}s; checking");
 

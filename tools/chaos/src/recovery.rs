@@ -78,6 +78,19 @@ impl RecoveryState {
     }
 }
 
+/// Until when the source's reconciliation lease is held, if it is: by a run in progress, or
+/// by one whose process died mid-run (then no other run starts before it expires).
+pub async fn lease_until(url: &str) -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let row: Option<(Option<chrono::DateTime<chrono::Utc>>,)> =
+        sqlx::query_as("SELECT lease_until FROM reconciliation_state WHERE source = $1")
+            .bind(ONCE_SOURCE)
+            .fetch_optional(&mut conn)
+            .await?;
+    let _ = conn.close().await;
+    Ok(row.and_then(|r| r.0).filter(|t| *t > chrono::Utc::now()))
+}
+
 /// How many of the produced ids are not stored yet: the drain waits for 0.
 pub async fn unstored(url: &str, produced: &[String]) -> anyhow::Result<usize> {
     let mut conn = sqlx::PgConnection::connect(url).await?;
