@@ -7,6 +7,10 @@
 //!   for longer than the worker lease, a gateway outage (both PostgreSQL API processes killed
 //!   and held down for longer than a non-retrying provider waits, then started again). The
 //!   deck makes every kind come up in short runs.
+//! Unless told otherwise, a fault that would interrupt a reconciliation run (kill -9 of a
+//! worker, a PostgreSQL restart, cut connections) first waits, a few seconds at most, for the
+//! run to end: a run interrupted mid-way holds its source's lease until it expires, about
+//! 6 minutes (docs/RECOVERY.md), longer than a CI run and its drain.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +38,12 @@ pub struct FaultOpts {
     pub sink_window: (Duration, Duration),
     pub pause: (Duration, Duration),
     pub outage: (Duration, Duration),
+    /// Whether faults may interrupt a reconciliation run (otherwise they wait for its end).
+    pub interrupt_reconciliation: bool,
 }
+
+/// How long a fault waits for a reconciliation run to end before it goes ahead anyway.
+const SPARE_WAIT: Duration = Duration::from_secs(3);
 
 pub struct Faults {
     opts: FaultOpts,
@@ -44,6 +53,10 @@ pub struct Faults {
     started_at: Instant,
     stop: AtomicBool,
     sink_generation: AtomicU64,
+    /// Faults that waited for a reconciliation run to end, and those that went ahead while
+    /// one still held the lease after `SPARE_WAIT`.
+    pub spared: AtomicU64,
+    pub spare_gave_up: AtomicU64,
     /// Stopped processes: (slot, pid), resumed when their pause ends or the run stops.
     paused: Mutex<Vec<(usize, u32)>>,
     pub log: Mutex<Vec<FaultEvent>>,
@@ -97,6 +110,8 @@ impl Faults {
             started_at,
             stop: AtomicBool::new(false),
             sink_generation: AtomicU64::new(0),
+            spared: AtomicU64::new(0),
+            spare_gave_up: AtomicU64::new(0),
             paused: Mutex::default(),
             log: Mutex::default(),
         })
@@ -125,6 +140,29 @@ impl Faults {
         !self.stop.load(Ordering::SeqCst)
     }
 
+    /// Waits (at most `SPARE_WAIT`) until no reconciliation run holds the non-retrying
+    /// provider's lease, unless runs may be interrupted. A failed look (PostgreSQL down)
+    /// counts as free: nothing runs then.
+    async fn spare_reconciliation(&self) {
+        if self.opts.interrupt_reconciliation {
+            return;
+        }
+        let url = self.cluster.url(crate::cluster::DB_NAME);
+        let deadline = tokio::time::Instant::now() + SPARE_WAIT;
+        let mut waited = false;
+        while let Ok(Some(_)) = crate::recovery::lease_until(&url).await {
+            if tokio::time::Instant::now() >= deadline {
+                self.spare_gave_up.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            waited = true;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if waited {
+            self.spared.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub async fn kill_loop(self: Arc<Self>, seed: u64) {
         let mut rng = fastrand::Rng::with_seed(seed);
         while self.pause(between(&mut rng, self.opts.kill_every)).await {
@@ -134,6 +172,9 @@ impl Faults {
             }
             let i = up[rng.usize(..up.len())];
             let hold = between(&mut rng, self.opts.restart_delay);
+            if self.procs.specs[i].kind == Kind::Worker {
+                self.spare_reconciliation().await;
+            }
             let procs = self.procs.clone();
             let killed = tokio::task::spawn_blocking(move || procs.kill9(i, hold))
                 .await
@@ -209,6 +250,7 @@ impl Faults {
                 }
                 Card::PgRestart => {
                     let immediate = rng.bool();
+                    self.spare_reconciliation().await;
                     let cluster = self.cluster.clone();
                     let t = Instant::now();
                     let result =
@@ -228,7 +270,10 @@ impl Faults {
                         Err(e) => self.note("postgres restart", format!("panicked: {e}")),
                     }
                 }
-                Card::PgTerminate => match self.cluster.terminate_backends().await {
+                Card::PgTerminate => match {
+                    self.spare_reconciliation().await;
+                    self.cluster.terminate_backends().await
+                } {
                     Ok(n) => self.note("pg_terminate_backend", format!("{n} connections cut")),
                     Err(e) => self.note("pg_terminate_backend", format!("FAILED: {e}")),
                 },

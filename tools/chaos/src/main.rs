@@ -71,6 +71,11 @@ struct Cli {
     /// Inject one other fault (postgres restart, pg_terminate_backend, sink 500/stall) every MIN..MAX.
     #[arg(long, default_value = "3s..7s", value_parser = parse_range)]
     fault_every: (Duration, Duration),
+    /// Let kill -9 of a worker, PostgreSQL restarts and cut connections interrupt a
+    /// reconciliation run (by default they wait for its end): the drain then waits for the
+    /// lease it leaves, about 6 minutes.
+    #[arg(long)]
+    interrupt_reconciliation: bool,
     /// Run the load without any fault (a baseline).
     #[arg(long)]
     no_faults: bool,
@@ -210,6 +215,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     );
     if cli.no_faults {
         command.push_str(" --no-faults");
+    }
+    if cli.interrupt_reconciliation {
+        command.push_str(" --interrupt-reconciliation");
     }
     if cli.sabotage_forget_every > 0 {
         command.push_str(&format!(
@@ -363,8 +371,10 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             sink_window: (Duration::from_secs(2), Duration::from_secs(8)),
             // Longer than the 5 s lease.
             pause: (Duration::from_secs(6), Duration::from_secs(9)),
-            // Longer than a non-retrying provider's one attempt can wait.
+            // Seconds of refused connections: the non-retrying provider's events sent
+            // meanwhile are never acknowledged.
             outage: (Duration::from_secs(4), Duration::from_secs(7)),
+            interrupt_reconciliation: cli.interrupt_reconciliation,
         },
         procs.clone(),
         cluster.clone(),
@@ -485,6 +495,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         total_secs: t0.elapsed().as_secs_f64(),
         findings,
         once,
+        spared: (
+            faults.spared.load(Ordering::Relaxed),
+            faults.spare_gave_up.load(Ordering::Relaxed),
+            cli.interrupt_reconciliation,
+        ),
         faults_total: fault_log.len() as u64,
         faults: faults.counts(),
         starts: procs.start_counts(),

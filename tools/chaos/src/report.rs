@@ -30,6 +30,9 @@ pub struct Report {
     pub findings: Findings,
     /// The non-retrying provider and reconciliation.
     pub once: OnceFindings,
+    /// Faults that waited for a reconciliation run to end; those that went ahead after the
+    /// wait; whether faults could interrupt runs (`--interrupt-reconciliation`).
+    pub spared: (u64, u64, bool),
     pub faults_total: u64,
     pub faults: BTreeMap<String, u64>,
     /// (slot, starts, failed starts)
@@ -148,6 +151,18 @@ impl Report {
             "processes   2 api + 2 worker on PostgreSQL (throwaway cluster, fsync on), 1 all-in-one on SQLite"
         );
         once_lines(w, &self.once);
+        if self.once.reconciled {
+            let (spared, gave_up, interrupt) = self.spared;
+            let _ = writeln!(
+                w,
+                "{}",
+                if interrupt {
+                    "            faults could interrupt reconciliation runs (--interrupt-reconciliation)".to_owned()
+                } else {
+                    format!("            faults that waited for a reconciliation run to end: {spared} (went ahead after 3 s: {gave_up})")
+                }
+            );
+        }
         let by_target: Vec<String> = f
             .events_by_target
             .iter()
