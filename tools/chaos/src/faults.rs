@@ -5,8 +5,9 @@
 //!   (fast or immediate), `pg_terminate_backend` of every hookgate connection, a window of
 //!   sink 500s, a window of sink stalls, a pause (SIGSTOP, then SIGCONT) of a random process
 //!   for longer than the worker lease, a gateway outage (both PostgreSQL API processes killed
-//!   and held down for longer than a non-retrying provider waits, then started again). The
-//!   deck makes every kind come up in short runs.
+//!   and held down for seconds, then started again). The deck makes every kind come up in
+//!   short runs.
+//!
 //! Unless told otherwise, a fault that would interrupt a reconciliation run (kill -9 of a
 //! worker, a PostgreSQL restart, cut connections) first waits, a few seconds at most, for the
 //! run to end: a run interrupted mid-way holds its source's lease until it expires, about
@@ -270,13 +271,13 @@ impl Faults {
                         Err(e) => self.note("postgres restart", format!("panicked: {e}")),
                     }
                 }
-                Card::PgTerminate => match {
+                Card::PgTerminate => {
                     self.spare_reconciliation().await;
-                    self.cluster.terminate_backends().await
-                } {
-                    Ok(n) => self.note("pg_terminate_backend", format!("{n} connections cut")),
-                    Err(e) => self.note("pg_terminate_backend", format!("FAILED: {e}")),
-                },
+                    match self.cluster.terminate_backends().await {
+                        Ok(n) => self.note("pg_terminate_backend", format!("{n} connections cut")),
+                        Err(e) => self.note("pg_terminate_backend", format!("FAILED: {e}")),
+                    }
+                }
                 Card::Sink500 | Card::SinkStall => {
                     let (mode, kind) = match card {
                         Card::Sink500 => (Mode::Fail500, "sink 500"),
