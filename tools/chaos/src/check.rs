@@ -247,7 +247,7 @@ pub fn check(
         ..Findings::default()
     };
     let db = |t: Target| match t {
-        Target::Pg => pg,
+        Target::Pg | Target::Once => pg,
         Target::Lite => lite,
     };
 

@@ -4,7 +4,14 @@
 //! - other faults: every `fault_every`, the next card of a shuffled deck: PostgreSQL restart
 //!   (fast or immediate), `pg_terminate_backend` of every hookgate connection, a window of
 //!   sink 500s, a window of sink stalls, a pause (SIGSTOP, then SIGCONT) of a random process
-//!   for longer than the worker lease. The deck makes every kind come up in short runs.
+//!   for longer than the worker lease, a gateway outage (both PostgreSQL API processes killed
+//!   and held down for seconds, then started again). The deck makes every kind come up in
+//!   short runs.
+//!
+//! Unless told otherwise, a fault that would interrupt a reconciliation run (kill -9 of a
+//! worker, a PostgreSQL restart, cut connections) first waits, a few seconds at most, for the
+//! run to end: a run interrupted mid-way holds its source's lease until it expires, about
+//! 6 minutes (docs/RECOVERY.md), longer than a CI run and its drain.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cluster::Cluster;
-use crate::procs::Procs;
+use crate::procs::{Kind, Procs};
 use crate::sink::{Mode, SinkState};
 
 #[derive(Debug, Clone, Serialize)]
@@ -31,7 +38,13 @@ pub struct FaultOpts {
     pub restart_delay: (Duration, Duration),
     pub sink_window: (Duration, Duration),
     pub pause: (Duration, Duration),
+    pub outage: (Duration, Duration),
+    /// Whether faults may interrupt a reconciliation run (otherwise they wait for its end).
+    pub interrupt_reconciliation: bool,
 }
+
+/// How long a fault waits for a reconciliation run to end before it goes ahead anyway.
+const SPARE_WAIT: Duration = Duration::from_secs(3);
 
 pub struct Faults {
     opts: FaultOpts,
@@ -41,6 +54,10 @@ pub struct Faults {
     started_at: Instant,
     stop: AtomicBool,
     sink_generation: AtomicU64,
+    /// Faults that waited for a reconciliation run to end, and those that went ahead while
+    /// one still held the lease after `SPARE_WAIT`.
+    pub spared: AtomicU64,
+    pub spare_gave_up: AtomicU64,
     /// Stopped processes: (slot, pid), resumed when their pause ends or the run stops.
     paused: Mutex<Vec<(usize, u32)>>,
     pub log: Mutex<Vec<FaultEvent>>,
@@ -55,9 +72,13 @@ enum Card {
     PgTerminate,
     Sink500,
     SinkStall,
+    /// Both PostgreSQL API processes down for seconds: every POST to them fails, and the
+    /// non-retrying provider's events sent meanwhile are lost unless reconciliation finds them.
+    Outage,
 }
 
-const DECK: [Card; 7] = [
+const DECK: [Card; 8] = [
+    Card::Outage,
     Card::Pause,
     Card::PgRestart,
     Card::PgTerminate,
@@ -90,6 +111,8 @@ impl Faults {
             started_at,
             stop: AtomicBool::new(false),
             sink_generation: AtomicU64::new(0),
+            spared: AtomicU64::new(0),
+            spare_gave_up: AtomicU64::new(0),
             paused: Mutex::default(),
             log: Mutex::default(),
         })
@@ -118,6 +141,29 @@ impl Faults {
         !self.stop.load(Ordering::SeqCst)
     }
 
+    /// Waits (at most `SPARE_WAIT`) until no reconciliation run holds the non-retrying
+    /// provider's lease, unless runs may be interrupted. A failed look (PostgreSQL down)
+    /// counts as free: nothing runs then.
+    async fn spare_reconciliation(&self) {
+        if self.opts.interrupt_reconciliation {
+            return;
+        }
+        let url = self.cluster.url(crate::cluster::DB_NAME);
+        let deadline = tokio::time::Instant::now() + SPARE_WAIT;
+        let mut waited = false;
+        while let Ok(Some(_)) = crate::recovery::lease_until(&url).await {
+            if tokio::time::Instant::now() >= deadline {
+                self.spare_gave_up.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            waited = true;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if waited {
+            self.spared.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub async fn kill_loop(self: Arc<Self>, seed: u64) {
         let mut rng = fastrand::Rng::with_seed(seed);
         while self.pause(between(&mut rng, self.opts.kill_every)).await {
@@ -127,6 +173,9 @@ impl Faults {
             }
             let i = up[rng.usize(..up.len())];
             let hold = between(&mut rng, self.opts.restart_delay);
+            if self.procs.specs[i].kind == Kind::Worker {
+                self.spare_reconciliation().await;
+            }
             let procs = self.procs.clone();
             let killed = tokio::task::spawn_blocking(move || procs.kill9(i, hold))
                 .await
@@ -181,8 +230,28 @@ impl Faults {
                         }
                     });
                 }
+                Card::Outage => {
+                    let d = between(&mut rng, self.opts.outage);
+                    let procs = self.procs.clone();
+                    let api: Vec<usize> = (0..procs.len())
+                        .filter(|&i| procs.specs[i].kind == Kind::Api)
+                        .collect();
+                    let names: Vec<String> =
+                        api.iter().map(|&i| procs.specs[i].name.clone()).collect();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for i in api {
+                            procs.hold_down(i, d);
+                        }
+                    })
+                    .await;
+                    self.note(
+                        "gateway outage",
+                        format!("{} down for {:.1}s", names.join(", "), d.as_secs_f64()),
+                    );
+                }
                 Card::PgRestart => {
                     let immediate = rng.bool();
+                    self.spare_reconciliation().await;
                     let cluster = self.cluster.clone();
                     let t = Instant::now();
                     let result =
@@ -202,10 +271,13 @@ impl Faults {
                         Err(e) => self.note("postgres restart", format!("panicked: {e}")),
                     }
                 }
-                Card::PgTerminate => match self.cluster.terminate_backends().await {
-                    Ok(n) => self.note("pg_terminate_backend", format!("{n} connections cut")),
-                    Err(e) => self.note("pg_terminate_backend", format!("FAILED: {e}")),
-                },
+                Card::PgTerminate => {
+                    self.spare_reconciliation().await;
+                    match self.cluster.terminate_backends().await {
+                        Ok(n) => self.note("pg_terminate_backend", format!("{n} connections cut")),
+                        Err(e) => self.note("pg_terminate_backend", format!("FAILED: {e}")),
+                    }
+                }
                 Card::Sink500 | Card::SinkStall => {
                     let (mode, kind) = match card {
                         Card::Sink500 => (Mode::Fail500, "sink 500"),

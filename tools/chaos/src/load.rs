@@ -3,6 +3,9 @@
 //! process. A share of events is resent later, and a share is sent as two concurrent copies.
 //! Like a provider, every copy is retried on 503, connection errors and timeouts (a bounded
 //! number of times, with backoff, honouring Retry-After). Every attempt's answer is recorded.
+//! A share of the PostgreSQL events comes from a non-retrying provider (source `stripe-once`):
+//! each is recorded in the fake provider API first, then POSTed exactly once, never retried
+//! and never resent, as GitHub does; only reconciliation can recover one whose POST failed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -15,9 +18,12 @@ use serde::Serialize;
 use sha2::Sha256;
 
 use crate::procs::Procs;
+use crate::provider_api::{ApiState, Produced};
 
 pub const PG_SOURCE: &str = "stripe-pg";
 pub const LITE_SOURCE: &str = "stripe-lite";
+/// The non-retrying provider's source, on the PostgreSQL processes, reconciled.
+pub const ONCE_SOURCE: &str = "stripe-once";
 pub const SOURCE_SECRET: &str = "whsec_chaos_source_secret";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -25,6 +31,8 @@ pub const SOURCE_SECRET: &str = "whsec_chaos_source_secret";
 pub enum Target {
     Pg,
     Lite,
+    /// The non-retrying provider, on the PostgreSQL processes.
+    Once,
 }
 
 impl Target {
@@ -32,6 +40,15 @@ impl Target {
         match self {
             Target::Pg => "postgres",
             Target::Lite => "sqlite",
+            Target::Once => "pg-once",
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Target::Pg => PG_SOURCE,
+            Target::Lite => LITE_SOURCE,
+            Target::Once => ONCE_SOURCE,
         }
     }
 }
@@ -89,6 +106,8 @@ pub struct LoadOpts {
     pub rate: f64,
     /// Share of new events sent to the PostgreSQL pair (the rest go to SQLite).
     pub pg_share: f64,
+    /// Share of the PostgreSQL pair's events that come from the non-retrying provider.
+    pub once_share: f64,
     pub resend_later: f64,
     pub concurrent: f64,
     pub max_attempts: u32,
@@ -102,6 +121,8 @@ pub struct Load {
     /// (slot index, port) of the ingest processes per target.
     pg_ports: Vec<(usize, u16)>,
     lite_port: (usize, u16),
+    /// Where the non-retrying provider records what it produced.
+    provider_api: Arc<ApiState>,
     client: reqwest::Client,
     started_at: Instant,
     pub records: Mutex<HashMap<String, EventRecord>>,
@@ -117,6 +138,7 @@ impl Load {
         procs: Arc<Procs>,
         pg_ports: Vec<(usize, u16)>,
         lite_port: (usize, u16),
+        provider_api: Arc<ApiState>,
         started_at: Instant,
     ) -> anyhow::Result<Arc<Load>> {
         let client = reqwest::Client::builder()
@@ -129,6 +151,7 @@ impl Load {
             procs,
             pg_ports,
             lite_port,
+            provider_api,
             client,
             started_at,
             records: Mutex::default(),
@@ -145,7 +168,7 @@ impl Load {
         let tick = Duration::from_millis(20);
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let (mut seq_pg, mut seq_lite) = (0u64, 0u64);
+        let (mut seq_pg, mut seq_lite, mut seq_once) = (0u64, 0u64, 0u64);
         let mut credit = 0.0f64;
         let mut last = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
@@ -162,10 +185,12 @@ impl Load {
                     credit = 0.0;
                     break;
                 }
-                let target = if rng.f64() < self.opts.pg_share {
-                    Target::Pg
-                } else {
+                let target = if rng.f64() >= self.opts.pg_share {
                     Target::Lite
+                } else if rng.f64() < self.opts.once_share {
+                    Target::Once
+                } else {
+                    Target::Pg
                 };
                 let id = match target {
                     Target::Pg => {
@@ -176,7 +201,15 @@ impl Load {
                         seq_lite += 1;
                         format!("evt_lite_{seq_lite:08}")
                     }
+                    Target::Once => {
+                        seq_once += 1;
+                        format!("evt_once_{seq_once:08}")
+                    }
                 };
+                if target == Target::Once {
+                    self.produce_once(id, &mut rng);
+                    continue;
+                }
                 let r = rng.f64();
                 let copies = if r < self.opts.concurrent {
                     Copies::Concurrent
@@ -223,6 +256,38 @@ impl Load {
         }
     }
 
+    /// A non-retrying provider's event: recorded in its API (so reconciliation can list it)
+    /// before its one POST, whose outcome does not matter to the provider. The body is
+    /// compact JSON with its keys in order, the bytes the gateway writes when it ingests the
+    /// event from the API's JSON, so a recovered event's delivery matches the sent body too.
+    fn produce_once(self: &Arc<Self>, id: String, rng: &mut fastrand::Rng) {
+        let created = chrono::Utc::now().timestamp();
+        let value = serde_json::json!({
+            "created": created,
+            "data": {"object": {"note": "x".repeat(rng.usize(0..200)), "seq": rng.u64(..)}},
+            "id": id,
+            "object": "event",
+            "type": "chaos.pg-once",
+        });
+        let body = Bytes::from(serde_json::to_vec(&value).expect("JSON serialises"));
+        self.records.lock().unwrap().insert(
+            id.clone(),
+            EventRecord {
+                target: Target::Once,
+                copies: Copies::Once,
+                body: body.clone(),
+                attempts: Vec::new(),
+                gave_up: 0,
+            },
+        );
+        self.provider_api.record(Produced {
+            id: id.clone(),
+            created,
+            body: body.clone(),
+        });
+        self.spawn_copy(id, Target::Once, body, Duration::ZERO, rng.u64(..));
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
     }
@@ -263,10 +328,14 @@ impl Load {
     }
 
     /// One provider delivery of one event: attempts until a 2xx or a non-retryable answer,
-    /// at most `max_attempts`.
+    /// at most `max_attempts` (one for the non-retrying provider).
     async fn copy(&self, id: &str, target: Target, body: &Bytes, seed: u64) {
         let mut rng = fastrand::Rng::with_seed(seed);
-        for n in 0..self.opts.max_attempts {
+        let max_attempts = match target {
+            Target::Once => 1,
+            _ => self.opts.max_attempts,
+        };
+        for n in 0..max_attempts {
             let (slot, port) = self.pick(target);
             let outcome = self.send(port, target, body).await;
             let retry_wait = match &outcome {
@@ -288,12 +357,12 @@ impl Load {
                     slot: self.procs.specs[slot].name.clone(),
                     outcome,
                 });
-                if !done && n + 1 == self.opts.max_attempts {
+                if !done && n + 1 == max_attempts {
                     rec.gave_up += 1;
                 }
             }
             let Some(min_wait) = retry_wait else { return };
-            if n + 1 == self.opts.max_attempts {
+            if n + 1 == max_attempts {
                 return;
             }
             // 200 ms, 400 ms, ... capped at 4 s, with jitter; never before Retry-After.
@@ -308,7 +377,7 @@ impl Load {
     fn pick(&self, target: Target) -> (usize, u16) {
         match target {
             Target::Lite => self.lite_port,
-            Target::Pg => {
+            Target::Pg | Target::Once => {
                 let live: Vec<(usize, u16)> = self
                     .pg_ports
                     .iter()
@@ -326,10 +395,7 @@ impl Load {
     }
 
     async fn send(&self, port: u16, target: Target, body: &Bytes) -> Outcome {
-        let source = match target {
-            Target::Pg => PG_SOURCE,
-            Target::Lite => LITE_SOURCE,
-        };
+        let source = target.source();
         // Signed afresh on every attempt, as Stripe does.
         let ts = chrono::Utc::now().timestamp();
         let mut mac = Hmac::<Sha256>::new_from_slice(SOURCE_SECRET.as_bytes()).expect("any key");

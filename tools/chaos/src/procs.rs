@@ -125,6 +125,12 @@ impl Procs {
                 let _ = child.wait();
                 bail!("the run is stopping")
             }
+            // Held down (a gateway outage began while it started): it must not come up yet.
+            Ok(mut child) if st.hold_until.is_some_and(|t| Instant::now() < t) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("{} is held down", self.specs[i].name)
+            }
             Ok(child) => {
                 st.starts += 1;
                 st.child = Some(child);
@@ -233,6 +239,22 @@ impl Procs {
         true
     }
 
+    /// SIGKILLs slot `i` if it runs and keeps it down for `hold` (or longer, if it was held
+    /// longer already): a gateway outage. Returns whether it was running.
+    pub fn hold_down(&self, i: usize, hold: Duration) -> bool {
+        let child = {
+            let mut st = self.states[i].lock().unwrap();
+            let until = Instant::now() + hold;
+            st.hold_until = Some(st.hold_until.map_or(until, |t| t.max(until)));
+            st.child.take()
+        };
+        let Some(mut child) = child else { return false };
+        let _ = child.kill();
+        let _ = child.wait();
+        self.write_pids();
+        true
+    }
+
     /// Sends `kill -<sig>` to slot `i`'s process; returns its pid if it was running.
     pub fn signal(&self, i: usize, sig: &str) -> Option<u32> {
         let st = self.states[i].lock().unwrap();
@@ -323,9 +345,11 @@ impl Procs {
                         "chaos: restart of {} failed (retrying): {first}",
                         me.specs[i].name
                     );
-                    // Back off a little before the next pass retries.
-                    me.states[i].lock().unwrap().hold_until =
-                        Some(Instant::now() + Duration::from_millis(700));
+                    // Back off a little before the next pass retries (a longer hold, an
+                    // outage's, stays).
+                    let mut st = me.states[i].lock().unwrap();
+                    let until = Instant::now() + Duration::from_millis(700);
+                    st.hold_until = Some(st.hold_until.map_or(until, |t| t.max(until)));
                 }
             });
         }

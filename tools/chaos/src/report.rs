@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::check::{AnswerCounts, DbState, Findings};
 use crate::faults::FaultEvent;
 use crate::procs::UnexpectedExit;
+use crate::recovery::OnceFindings;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -27,6 +28,11 @@ pub struct Report {
     pub drain_secs: f64,
     pub total_secs: f64,
     pub findings: Findings,
+    /// The non-retrying provider and reconciliation.
+    pub once: OnceFindings,
+    /// Faults that waited for a reconciliation run to end; those that went ahead after the
+    /// wait; whether faults could interrupt runs (`--interrupt-reconciliation`).
+    pub spared: (u64, u64, bool),
     pub faults_total: u64,
     pub faults: BTreeMap<String, u64>,
     /// (slot, starts, failed starts)
@@ -55,6 +61,69 @@ fn jobs_line(s: &DbState) -> String {
     format!("{} events, jobs: {}", s.events, jobs.join(", "))
 }
 
+/// The non-retrying provider's lines: what it produced, what the gateway missed, what
+/// reconciliation recovered, and the reconciliation's API calls and recorded runs.
+fn once_lines(w: &mut String, o: &OnceFindings) {
+    let _ = writeln!(
+        w,
+        "non-retrying provider ({}, each event POSTed once, never retried): produced {}, not acknowledged by the gateway (lost to the provider) {}, recovered by reconciliation {}, never delivered (must be 0) {}",
+        crate::load::ONCE_SOURCE,
+        o.produced,
+        o.not_acknowledged,
+        o.recovered,
+        o.never_delivered.len()
+    );
+    if o.recovered_while_posted > 0 {
+        let _ = writeln!(
+            w,
+            "            {} of the recovered were listed while their POST was still under way (answered 2xx as a duplicate)",
+            o.recovered_while_posted
+        );
+    }
+    if o.not_acknowledged == 0 {
+        let _ = writeln!(
+            w,
+            "            note: the gateway acknowledged every one, so the outage lost nothing to recover"
+        );
+    } else if o.stored_by_webhook_unacked > 0 {
+        let _ = writeln!(
+            w,
+            "            of the unacknowledged, {} were stored by their webhook anyway (the answer was lost, not the commit)",
+            o.stored_by_webhook_unacked
+        );
+    }
+    if !o.reconciled {
+        let _ = writeln!(
+            w,
+            "reconcile   OFF (--sabotage-no-reconcile): the source has no [sources.reconcile]"
+        );
+        return;
+    }
+    let a = &o.api;
+    let s = &o.state;
+    let _ = writeln!(
+        w,
+        "reconcile   fake Stripe API: {} list calls ({} events listed), {} unauthorized, {} bad requests; runs recorded {}: listed {}, missing {}, recovered {}, errors {}",
+        a.list_calls,
+        a.events_listed,
+        a.unauthorized,
+        a.bad_requests,
+        s.runs,
+        s.runs_listed,
+        s.runs_missing,
+        s.runs_recovered,
+        s.runs_errors
+    );
+    if !o.never_delivered.is_empty() {
+        if let Some(until) = s.lease_until {
+            let _ = writeln!(
+                w,
+                "            the source's reconciliation lease is held until {until} (a run in progress, or one whose process died)"
+            );
+        }
+    }
+}
+
 impl Report {
     /// The one-screen summary.
     pub fn text(&self) -> String {
@@ -81,6 +150,19 @@ impl Report {
             w,
             "processes   2 api + 2 worker on PostgreSQL (throwaway cluster, fsync on), 1 all-in-one on SQLite"
         );
+        once_lines(w, &self.once);
+        if self.once.reconciled {
+            let (spared, gave_up, interrupt) = self.spared;
+            let _ = writeln!(
+                w,
+                "{}",
+                if interrupt {
+                    "            faults could interrupt reconciliation runs (--interrupt-reconciliation)".to_owned()
+                } else {
+                    format!("            faults that waited for a reconciliation run to end: {spared} (went ahead after 3 s: {gave_up})")
+                }
+            );
+        }
         let by_target: Vec<String> = f
             .events_by_target
             .iter()
@@ -101,7 +183,7 @@ impl Report {
         }
         let _ = writeln!(
             w,
-            "acked       {} events answered 2xx; {} never (provider gave up), of which {} stored anyway",
+            "acked       {} events answered 2xx; {} never (the provider gave up, or did not retry), of which {} stored anyway (the answer was lost, not the commit; or reconciliation)",
             f.events_acked, f.events_never_acked, f.stored_never_acked
         );
         let faults: Vec<String> = self
@@ -172,6 +254,11 @@ impl Report {
             "  answers not 2xx/503/connection error   {}",
             f.bad_answers.len()
         );
+        let _ = writeln!(
+            w,
+            "  non-retrying provider, never delivered {}",
+            self.once.never_delivered.len()
+        );
         let others = f.acked_not_stored.len()
             + f.inconsistent_ids.len()
             + f.webhook_id_mismatch.len()
@@ -209,7 +296,7 @@ impl Report {
         );
         let _ = writeln!(w, "```text\n{}```\n", self.text());
         let f = &self.findings;
-        let details: [(&str, &Vec<String>); 9] = [
+        let details: [(&str, &Vec<String>); 10] = [
             ("Lost", &f.lost),
             ("Acknowledged but not stored", &f.acked_not_stored),
             ("Stored but never delivered", &f.stored_not_delivered),
@@ -222,6 +309,10 @@ impl Report {
             ("Inconsistent ids", &f.inconsistent_ids),
             ("webhook-id mismatches", &f.webhook_id_mismatch),
             ("Body mismatches", &f.body_mismatch),
+            (
+                "Non-retrying provider: produced, never delivered",
+                &self.once.never_delivered,
+            ),
         ];
         for (title, items) in details {
             if items.is_empty() {
