@@ -28,9 +28,31 @@ use crate::store::{ReconciliationEnd, ReconciliationRun, Store, StoreError};
 use crate::telemetry::Metrics;
 use client::{ApiClient, ApiError};
 
-/// How long one run may go on making calls; it then stops where it is, cursor kept. The
-/// lease outlasts it by one call's timeout and a margin, so no two runs overlap.
+/// How long one run may go on making calls; it then stops where it is, cursor kept.
 const RUN_DEADLINE: Duration = Duration::from_secs(5 * 60);
+
+/// A run's lease is renewed before each page and each recovery, each time for two calls'
+/// timeouts and this margin: a run cut off mid-way (its process killed, its database
+/// restarted) blocks the source's next run for under a minute, not for the run's deadline.
+const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+/// The lease a run holds, and how far each renewal extends it.
+struct Lease<'a> {
+    store: &'a Store,
+    source: &'a str,
+    token: Uuid,
+    span: chrono::TimeDelta,
+}
+
+impl Lease<'_> {
+    /// Extends the lease from now; `false` when another run holds it now (this one stops).
+    async fn keep(&self) -> Result<bool, StoreError> {
+        let until = millis(Utc::now()) + self.span;
+        self.store
+            .renew_reconciliation(self.source, self.token, until)
+            .await
+    }
+}
 
 /// One event the provider listed, and how it is recovered if missing.
 #[derive(Debug)]
@@ -173,8 +195,9 @@ impl ProviderReconciler {
             return Err(RunError::SinceOutOfRange { floor });
         }
         let token = Uuid::now_v7();
-        let lease = RUN_DEADLINE + config.timeout + Duration::from_secs(30);
-        let lease_until = started_at + chrono::TimeDelta::from_std(lease).unwrap_or_default();
+        let span =
+            chrono::TimeDelta::from_std(config.timeout * 2 + LEASE_MARGIN).unwrap_or_default();
+        let lease_until = started_at + span;
         let Some(state) = self
             .store
             .claim_reconciliation(
@@ -198,9 +221,23 @@ impl ProviderReconciler {
             (None, None) => (floor, None),
         };
 
+        let lease = Lease {
+            store: &self.store,
+            source: name,
+            token,
+            span,
+        };
         let mut tally = Tally::default();
         let deadline = Instant::now() + RUN_DEADLINE;
         while tally.pages < i64::from(config.max_pages) && Instant::now() < deadline {
+            match lease.keep().await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tally.error(name, &e);
+                    break;
+                }
+            }
             let page = match self.page(config, window_since, cursor.as_deref()).await {
                 Ok(page) => page,
                 Err(e) => {
@@ -213,7 +250,7 @@ impl ProviderReconciler {
             };
             tally.pages += 1;
             match self
-                .recover_page(source, config, page.items, deadline, &mut tally)
+                .recover_page(source, config, page.items, (deadline, &lease), &mut tally)
                 .await
             {
                 Ok(true) => {}
@@ -306,7 +343,7 @@ impl ProviderReconciler {
         source: &Arc<Source>,
         config: &ReconcileConfig,
         items: Vec<Listed>,
-        deadline: Instant,
+        (deadline, lease): (Instant, &Lease<'_>),
         tally: &mut Tally,
     ) -> Result<bool, StoreError> {
         let name = source.name.as_str();
@@ -319,7 +356,7 @@ impl ProviderReconciler {
             {
                 continue;
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || !lease.keep().await? {
                 return Ok(false);
             }
             tally.missing += 1;

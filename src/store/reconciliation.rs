@@ -65,6 +65,9 @@ const CLAIM: &str = "\
 const READ_STATE: &str =
     "SELECT cursor, cursor_since, not_before FROM reconciliation_state WHERE source = $1";
 
+const RENEW: &str = "UPDATE reconciliation_state SET lease_until = $3 \
+    WHERE source = $1 AND lease_token = $2";
+
 const RELEASE: &str = "UPDATE reconciliation_state SET lease_token = NULL, lease_until = NULL \
     WHERE source = $1 AND lease_token = $2";
 
@@ -134,6 +137,24 @@ impl Store {
             cursor: cursor.zip(since.map(|s| s.0)),
             not_before: not_before.map(|t| t.0),
         }))
+    }
+
+    /// Extends the lease `token` holds to `lease_until`; `false` when it is no longer held
+    /// (it expired and another run took it over).
+    pub async fn renew_reconciliation(
+        &self,
+        source: &str,
+        token: Uuid,
+        lease_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = dispatch!(self, s => sqlx::query(RENEW)
+            .bind(source)
+            .bind(Id(token))
+            .bind(At(lease_until))
+            .execute(&s.pool)
+            .await?
+            .rows_affected());
+        Ok(done == 1)
     }
 
     /// Gives the lease back without a run (the provider asked to wait).

@@ -34,7 +34,7 @@ pub struct OnceSource<'a> {
     /// The fake provider API's base URL; `None` leaves the source without
     /// `[sources.reconcile]` (the checker's self-test).
     pub api_base: Option<&'a str>,
-    /// Covers the whole run, its drain, and a crashed run's lease (about 6 minutes), so an
+    /// Covers the whole run, its drain, and a crashed run's lease (under a minute), so an
     /// event lost early is still in the window when reconciliation next gets to run.
     pub lookback: Duration,
 }

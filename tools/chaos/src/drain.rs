@@ -61,7 +61,7 @@ pub async fn drain(spec: &DrainSpec<'_>, warnings: &mut Vec<String>) {
         }
         if Instant::now() > drain_deadline && !recovered && !waited_for_lease {
             // A run whose process died (or whose end could not be written) holds the source's
-            // lease until it expires, about 6 minutes (docs/RECOVERY.md); recovery resumes
+            // lease until it expires, within 50 s (docs/RECOVERY.md); recovery resumes
             // then. That is the gateway's documented bound, so the drain waits for it, once.
             if let Ok(Some(until)) = recovery::lease_until(pg_url).await {
                 waited_for_lease = true;

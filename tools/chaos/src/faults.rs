@@ -10,8 +10,8 @@
 //!
 //! Unless told otherwise, a fault that would interrupt a reconciliation run (kill -9 of a
 //! worker, a PostgreSQL restart, cut connections) first waits, a few seconds at most, for the
-//! run to end: a run interrupted mid-way holds its source's lease until it expires, about
-//! 6 minutes (docs/RECOVERY.md), longer than a CI run and its drain.
+//! run to end: a run interrupted mid-way holds its source's lease until it expires, within
+//! 50 s (docs/RECOVERY.md), which would lengthen a CI run's drain.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

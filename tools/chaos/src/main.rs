@@ -73,7 +73,7 @@ struct Cli {
     fault_every: (Duration, Duration),
     /// Let kill -9 of a worker, PostgreSQL restarts and cut connections interrupt a
     /// reconciliation run (by default they wait for its end): the drain then waits for the
-    /// lease it leaves, about 6 minutes.
+    /// lease it leaves, under a minute.
     #[arg(long)]
     interrupt_reconciliation: bool,
     /// Run the load without any fault (a baseline).
