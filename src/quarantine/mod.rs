@@ -144,6 +144,9 @@ impl Quarantine {
             .admission
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(bucket) = buckets.get_mut(source) {
+            return bucket.try_take(now);
+        }
         buckets
             .entry(source.to_owned())
             .or_insert_with(|| pace::Bucket::full(SOURCE_RATE, SOURCE_BURST, now))

@@ -22,6 +22,8 @@ const BATCH: usize = 128;
 /// (docs/decisions/quarantine-writer-pacing.md).
 const WRITE_RATE: f64 = 256.0;
 const WRITE_BURST: f64 = 1_024.0;
+/// How long the writer gathers requests before it writes them.
+const WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub(super) async fn run(
     store: Store,
@@ -34,14 +36,21 @@ pub(super) async fn run(
     let mut flushes = Vec::new();
     let mut budget = Bucket::full(WRITE_RATE, WRITE_BURST, Instant::now());
     while let Some(first) = queue.recv().await {
+        // Gather for up to `WINDOW` (or a full batch, or a flush): one commit for what a
+        // trickle brings, rather than one per request. On SQLite every commit takes the
+        // single write turn and a sync that ingest's commits wait behind.
+        let until = tokio::time::Instant::now() + WINDOW;
         let mut next = Some(first);
         while let Some(item) = next {
             match item {
                 Item::Keep(row) => batch.push(*row),
                 Item::Flush(done) => flushes.push(done),
             }
-            next = if batch.len() < BATCH {
-                queue.try_recv().ok()
+            next = if batch.len() < BATCH && flushes.is_empty() {
+                tokio::time::timeout_at(until, queue.recv())
+                    .await
+                    .ok()
+                    .flatten()
             } else {
                 None
             };
