@@ -1,6 +1,7 @@
 //! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
 
 mod destination;
+mod github_app;
 mod quarantine;
 mod reconcile;
 mod routes;
@@ -9,6 +10,7 @@ mod settings;
 mod validate;
 
 pub use destination::{Circuit, Destination, RateLimit};
+pub use github_app::GitHubApp;
 pub use quarantine::{QuarantineConfig, QuarantineSettings};
 pub use reconcile::{ReconcileConfig, ReconcileProvider, ReconcileSettings};
 pub use secret::resolve_secret;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+use super::github_app::GitHubApp;
 use super::secret::resolve_secret;
 use super::validate::{duration, invalid};
 use super::ConfigError;
@@ -15,7 +16,8 @@ use super::ConfigError;
 #[serde(deny_unknown_fields)]
 pub struct ReconcileSettings {
     /// The provider API credential (literal, `env:` or `file:`): Stripe's secret or
-    /// restricted key, a GitHub token, a Paddle API key. Never logged.
+    /// restricted key, a GitHub token, a Paddle API key; with `app = true`, the GitHub App's
+    /// PEM private key (normally `file:`), which signs the JWT each call carries. Never logged.
     pub api_key: SecretString,
     /// How often the background task reconciles this source (`"10m"`).
     #[serde(default = "default_interval")]
@@ -37,10 +39,12 @@ pub struct ReconcileSettings {
     pub organization: Option<String>,
     /// GitHub: the webhook's id (repository and organization hooks).
     pub hook_id: Option<u64>,
-    /// GitHub: the App's own webhook. Not supported yet (it needs a JWT signed with the App's
-    /// private key); refused at load.
+    /// GitHub: the App's own webhook (`/app/hook`), with `app_id`; `api_key` is then the
+    /// App's private key. Calls carry a JWT signed with it.
     #[serde(default)]
     pub app: bool,
+    /// GitHub, with `app = true`: the App's numeric id (the JWT's `iss`).
+    pub app_id: Option<u64>,
     /// Paddle: only notifications of this notification setting (destination), `ntfset_...`.
     pub notification_setting_id: Option<String>,
 }
@@ -60,8 +64,8 @@ fn default_timeout() -> String {
 pub enum ReconcileProvider {
     /// `GET /v1/events`; missing events are ingested from the API's JSON.
     Stripe,
-    /// A hook's deliveries under `hook_path` (`/repos/o/r/hooks/1`, `/orgs/o/hooks/1`);
-    /// missing ones are redelivered by GitHub.
+    /// A hook's deliveries under `hook_path` (`/repos/o/r/hooks/1`, `/orgs/o/hooks/1`, an
+    /// App's `/app/hook`); missing ones are redelivered by GitHub.
     GitHub { hook_path: String },
     /// `GET /notifications?status=failed`; missing ones are replayed by Paddle.
     Paddle {
@@ -103,6 +107,9 @@ impl ReconcileProvider {
 pub struct ReconcileConfig {
     pub provider: ReconcileProvider,
     pub api_key: SecretString,
+    /// GitHub with `app = true`: the App whose JWT authenticates each call, made from
+    /// `api_key` (the private key); the key itself is then never sent.
+    pub github_app: Option<GitHubApp>,
     pub interval: Duration,
     pub lookback: Duration,
     /// Without a trailing slash.
@@ -154,6 +161,7 @@ pub(super) fn reconcile_config(
         check_only("organization", r.organization.is_some(), "github")?;
         check_only("hook_id", r.hook_id.is_some(), "github")?;
         check_only("app", r.app, "github")?;
+        check_only("app_id", r.app_id.is_some(), "github")?;
     }
     if !matches!(provider, ReconcileProvider::Paddle { .. }) {
         check_only(
@@ -163,6 +171,13 @@ pub(super) fn reconcile_config(
         )?;
     }
     let api_key = resolve_secret(&r.api_key).map_err(|p| invalid(key("api_key"), p))?;
+    let github_app = match (r.app, r.app_id) {
+        (true, Some(app_id)) => Some(
+            GitHubApp::new(app_id, &api_key)
+                .map_err(|p| invalid(key("api_key"), format!("(the App's private key) {p}")))?,
+        ),
+        _ => None,
+    };
     let interval = duration(&key("interval"), &r.interval)?;
     if interval < Duration::from_secs(1) {
         return Err(invalid(key("interval"), "must be at least 1s"));
@@ -215,6 +230,7 @@ pub(super) fn reconcile_config(
     Ok(ReconcileConfig {
         provider,
         api_key,
+        github_app,
         interval,
         lookback,
         api_base,
@@ -237,10 +253,30 @@ fn github(
     key: &dyn Fn(&str) -> String,
 ) -> Result<ReconcileProvider, ConfigError> {
     if r.app {
-        return Err(invalid(
-            key("app"),
-            "is not supported yet: an App's hook deliveries need a JWT signed with the App's private key; reconcile the repository or organization hook instead",
-        ));
+        if r.app_id.is_none() {
+            return Err(invalid(
+                key("app_id"),
+                "is required with app = true: the GitHub App's numeric id, which the JWT is issued for",
+            ));
+        }
+        for (name, set) in [
+            ("repository", r.repository.is_some()),
+            ("organization", r.organization.is_some()),
+            ("hook_id", r.hook_id.is_some()),
+        ] {
+            if set {
+                return Err(invalid(
+                    key(name),
+                    "cannot be set with app = true: an App has one hook, its own",
+                ));
+            }
+        }
+        return Ok(ReconcileProvider::GitHub {
+            hook_path: "/app/hook".into(),
+        });
+    }
+    if r.app_id.is_some() {
+        return Err(invalid(key("app_id"), "applies to app = true only"));
     }
     let hook_id = r
         .hook_id
@@ -320,7 +356,8 @@ mod tests {
         assert!(problem("stripe", "lookback = \"31days\"").contains("longer than"));
         assert!(problem("github", "repository = \"o/r\"").contains("hook_id"));
         assert!(problem("github", "hook_id = 1").contains("repository"));
-        assert!(problem("github", "app = true").contains("not supported yet"));
+        let e = problem("github", "app = true");
+        assert!(e.contains("app_id") && e.contains("is required"), "{e}");
         assert!(problem(
             "github",
             "hook_id = 1\nrepository = \"o/r\"\nlookback = \"4days\""
@@ -389,5 +426,40 @@ mod tests {
             }
         );
         assert!(problem("github", "repository = \"../x\"\nhook_id = 1").contains("owner/name"));
+    }
+
+    #[test]
+    fn a_github_apps_hook_needs_its_id_and_a_private_key_that_parses() {
+        const PEM: &str = include_str!("../../tools/testkit/keys/github-app-test.pem");
+        let app = |extra: &str| {
+            let text = format!("api_key = {PEM:?}\napp = true\n{extra}");
+            reconcile_config(0, "github", false, &toml::from_str(&text).unwrap())
+        };
+        let c = app("app_id = 12345").unwrap();
+        assert_eq!(
+            c.provider,
+            ReconcileProvider::GitHub {
+                hook_path: "/app/hook".into()
+            }
+        );
+        assert_eq!(c.github_app.as_ref().map(|a| a.app_id), Some(12345));
+        assert!(!format!("{c:?}").contains("PRIVATE KEY"));
+        let e = app("").unwrap_err().to_string();
+        assert!(e.contains("sources[0].reconcile.app_id"), "{e}");
+        let e = app("app_id = 1\nhook_id = 2").unwrap_err().to_string();
+        assert!(e.contains("hook_id") && e.contains("app = true"), "{e}");
+        let e = problem("github", "app = true\napp_id = 1");
+        assert!(e.contains("sources[0].reconcile.api_key"), "{e}");
+        assert!(e.contains("not a PEM RSA private key"), "{e}");
+        assert!(!e.contains("sk_test_secret_value"), "{e}");
+        let broken = PEM.replace("MII", "MIX");
+        let text = format!("api_key = {broken:?}\napp = true\napp_id = 1");
+        let e = reconcile_config(0, "github", false, &toml::from_str(&text).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("api_key") && e.contains("PKCS#1"), "{e}");
+        let e = problem("github", "repository = \"o/r\"\nhook_id = 1\napp_id = 1");
+        assert!(e.contains("app_id") && e.contains("app = true only"), "{e}");
+        assert!(problem("stripe", "app_id = 1").contains("github only"));
     }
 }

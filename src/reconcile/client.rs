@@ -1,5 +1,5 @@
 //! Calls to a provider's API, shared by every provider: the credential as a bearer token
-//! (marked sensitive, never in a message), a timeout on each call, a bound on what is read,
+//! (a GitHub App's JWT for an App hook; marked sensitive, never in a message), a timeout on each call, a bound on what is read,
 //! and rate limits read from `429` + `Retry-After` (and GitHub's exhausted `403`).
 
 use std::time::Duration;
@@ -77,8 +77,13 @@ impl ApiClient {
             path_and_query.split('?').next().unwrap_or("")
         );
         let url = format!("{}{path_and_query}", config.api_base);
-        let mut auth = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose_secret()))
-            .map_err(|_| ApiError::Transport {
+        // A GitHub App's calls carry a JWT signed with its private key, never the key.
+        let token = match &config.github_app {
+            Some(app) => app.jwt(Utc::now().timestamp()),
+            None => config.api_key.expose_secret().to_owned(),
+        };
+        let mut auth =
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| ApiError::Transport {
                 call: call.clone(),
                 problem: "the API key holds characters a header cannot".into(),
             })?;

@@ -28,6 +28,7 @@ mod pools;
 mod quarantine;
 mod rate_limit;
 mod reconciliation;
+mod reconciliation_app;
 mod retention;
 mod routing;
 mod security;

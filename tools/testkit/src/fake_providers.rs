@@ -3,7 +3,8 @@
 //! recording every request:
 //! - Stripe `GET /v1/events` (`created[gte]`, `limit`, `starting_after`; `has_more`);
 //! - GitHub `GET {hook}/deliveries` (`per_page`, `cursor`; `Link: <..>; rel="next"`) and
-//!   `POST {hook}/deliveries/{id}/attempts`;
+//!   `POST {hook}/deliveries/{id}/attempts`, the App hook's `/app/hook/...` included, which
+//!   want a GitHub App JWT (`accept_github_app`, checked as in `github_app`);
 //! - Paddle `GET /notifications` (`status=failed`, `after`, `per_page`; `meta.pagination`)
 //!   and `POST /notifications/{id}/replay`.
 //!
@@ -46,6 +47,8 @@ pub struct GithubDelivery {
 #[derive(Default)]
 struct State {
     api_key: Mutex<String>,
+    /// The App whose JWTs `/app/...` accepts: its id and public key.
+    github_app: Mutex<Option<(u64, rsa::RsaPublicKey)>>,
     page_size: Mutex<usize>,
     requests: Mutex<Vec<ApiRequest>>,
     /// Newest first, as the APIs list them.
@@ -93,6 +96,12 @@ impl FakeProviders {
             state,
             handle,
         }
+    }
+
+    /// `/app/...` accepts JWTs of App `app_id` signed with `private_pem` (only those).
+    pub fn accept_github_app(&self, app_id: u64, private_pem: &str) {
+        *self.state.github_app.lock().unwrap() =
+            Some((app_id, super::github_app::public_key(private_pem)));
     }
 
     pub fn set_page_size(&self, n: usize) {
@@ -222,11 +231,23 @@ async fn answer(
         return r.json(json!({"error": {"message": "scripted failure"}}));
     }
     let expected = format!("Bearer {}", state.api_key.lock().unwrap());
-    let authorized = req
+    let authorization = req
         .headers()
         .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        == Some(expected.as_str());
+        .and_then(|v| v.to_str().ok());
+    let authorized = if req.path().starts_with("/app/") {
+        state
+            .github_app
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|(id, public)| {
+                let now = chrono::Utc::now().timestamp();
+                super::github_app::check_jwt(authorization, *id, public, now).is_ok()
+            })
+    } else {
+        authorization == Some(expected.as_str())
+    };
     if !authorized {
         return HttpResponse::Unauthorized().json(json!({"error": {"message": "bad key"}}));
     }
@@ -242,7 +263,14 @@ async fn answer(
             page_size,
             &format!("{}{path}", base.as_str()),
         ),
-        ("POST", [.., "hooks", _, "deliveries", _, "attempts"]) => {
+        ("GET", ["app", "hook", "deliveries"]) => github_deliveries(
+            &state,
+            &query,
+            page_size,
+            &format!("{}{path}", base.as_str()),
+        ),
+        ("POST", [.., "hooks", _, "deliveries", _, "attempts"])
+        | ("POST", ["app", "hook", "deliveries", _, "attempts"]) => {
             HttpResponse::Accepted().json(json!({}))
         }
         ("GET", ["notifications"]) => paddle_notifications(

@@ -6,6 +6,7 @@
 
 pub mod console;
 pub mod fake_providers;
+pub mod github_app;
 pub mod postgres;
 pub mod proxy;
 pub mod raw;
