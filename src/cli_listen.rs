@@ -65,11 +65,15 @@ pub async fn listen(args: ListenArgs) -> anyhow::Result<()> {
             None => gateway.destinations.values().collect(),
         };
         for d in chosen {
+            let (Some(key), crate::config::Target::Http { url, .. }) = (&d.signing_key, &d.target)
+            else {
+                continue;
+            };
             keys.push(Key {
                 name: d.name.to_string(),
-                key: d.signing_key.expose_secret().to_vec(),
+                key: key.expose_secret().to_vec(),
             });
-            if let (Some(host), Some(port)) = (d.url.host_str(), d.url.port_or_known_default()) {
+            if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
                 let address = format!("{host}:{port}");
                 if !addresses.contains(&address) {
                     addresses.push(address);

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretSlice};
 
+use super::broker::{redacted, refuse_keys, NatsTarget, RabbitTarget};
 use super::secret::resolve_secret;
 use super::settings::DestinationSettings;
 use super::validate::{duration, invalid};
@@ -16,18 +17,57 @@ use crate::queue::RetryPolicy;
 
 pub struct Destination {
     pub name: Name,
-    pub url: url::Url,
-    /// The decoded `whsec_` key that signs forwarded deliveries.
-    pub signing_key: SecretSlice<u8>,
+    /// Where deliveries go: an HTTP receiver or a broker.
+    pub target: Target,
+    /// The decoded `whsec_` key that signs forwarded deliveries: always set for HTTP,
+    /// optional for a broker (its messages then carry the same `webhook-*` headers).
+    pub signing_key: Option<SecretSlice<u8>>,
     pub retry_policy: RetryPolicy,
     pub timeout: Duration,
     pub max_in_flight: usize,
-    /// `headers`, resolved: sent with every delivery, values marked sensitive (never in
-    /// `Debug`, so never in a log line).
-    pub headers: reqwest::header::HeaderMap,
     pub circuit: Option<Circuit>,
     /// Deliveries per second over every process on the database.
     pub rate_limit: Option<RateLimit>,
+}
+
+/// A destination's kind, with what that kind needs.
+pub enum Target {
+    Http {
+        url: url::Url,
+        /// `headers`, resolved: sent with every delivery, values marked sensitive (never in
+        /// `Debug`, so never in a log line).
+        headers: reqwest::header::HeaderMap,
+    },
+    Nats(NatsTarget),
+    RabbitMq(RabbitTarget),
+}
+
+impl Target {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http { .. } => "http",
+            Self::Nats(_) => "nats",
+            Self::RabbitMq(_) => "rabbitmq",
+        }
+    }
+
+    /// Where deliveries go, without credentials: for logs, `Debug` and the console.
+    pub fn location(&self) -> String {
+        match self {
+            Self::Http { url, .. } => {
+                let mut shown = url.clone();
+                let _ = shown.set_password(None);
+                let _ = shown.set_username("");
+                shown.to_string()
+            }
+            Self::Nats(n) => redacted(&n.url),
+            Self::RabbitMq(r) => redacted(&r.url),
+        }
+    }
+
+    pub fn is_broker(&self) -> bool {
+        !matches!(self, Self::Http { .. })
+    }
 }
 
 /// A destination's delivery rate limit: a token bucket kept in the database, so every
@@ -76,7 +116,8 @@ impl std::fmt::Debug for Destination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Destination")
             .field("name", &self.name)
-            .field("url", &self.url.as_str())
+            .field("kind", &self.target.kind())
+            .field("location", &self.target.location())
             .field("retry_policy", &self.retry_policy)
             .finish_non_exhaustive()
     }
@@ -90,23 +131,42 @@ pub(super) fn destination(
     let key = |k: &str| format!("destinations[{i}].{k}");
     let name = Name::parse("destination name", &dest.name)
         .map_err(|e| invalid(key("name"), e.to_string()))?;
-    let url = url::Url::parse(&dest.url)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "http" | "https"))
-        .ok_or_else(|| invalid(key("url"), "must be an http:// or https:// URL"))?;
-    let secret =
-        resolve_secret(&dest.signing_secret).map_err(|p| invalid(key("signing_secret"), p))?;
-    let signing_key = secret
-        .expose_secret()
-        .strip_prefix("whsec_")
-        .and_then(|b| crate::verify::decode_base64_lenient(b).ok())
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| {
-            invalid(
+    let target = match dest.kind.as_str() {
+        "http" => {
+            refuse_keys(
+                &key,
+                dest,
+                "http",
+                &["subject", "stream", "exchange", "routing_key"],
+            )?;
+            let url = url::Url::parse(&dest.url)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .ok_or_else(|| invalid(key("url"), "must be an http:// or https:// URL"))?;
+            Target::Http {
+                url,
+                headers: destination_headers(i, &dest.headers)?,
+            }
+        }
+        "nats" => Target::Nats(super::broker::nats(&key, dest)?),
+        "rabbitmq" => Target::RabbitMq(super::broker::rabbitmq(&key, dest)?),
+        other => {
+            return Err(invalid(
+                key("kind"),
+                format!("is {other:?}; a destination is \"http\", \"nats\" or \"rabbitmq\""),
+            ))
+        }
+    };
+    let signing_key = match &dest.signing_secret {
+        None if target.is_broker() => None,
+        None => {
+            return Err(invalid(
                 key("signing_secret"),
-                "must be \"whsec_\" followed by base64 (generate one with `openssl rand -base64 32`)",
-            )
-        })?;
+                "is required for an HTTP destination (generate one with `openssl rand -base64 32` and prefix it with \"whsec_\")",
+            ))
+        }
+        Some(reference) => Some(signing_key(&key, reference)?),
+    };
     if dest.retry_schedule.is_empty() {
         return Err(invalid(key("retry_schedule"), "is empty"));
     }
@@ -123,7 +183,6 @@ pub(super) fn destination(
     if dest.max_in_flight == 0 {
         return Err(invalid(key("max_in_flight"), "must be positive"));
     }
-    let headers = destination_headers(i, &dest.headers)?;
     let circuit = match &dest.circuit {
         None => None,
         Some(c) => {
@@ -148,15 +207,34 @@ pub(super) fn destination(
         .map_err(|p| invalid(key("rate_limit"), p))?;
     Ok(Destination {
         name,
-        url,
-        signing_key: signing_key.into(),
+        target,
+        signing_key,
         retry_policy: RetryPolicy::new(retry_schedule),
         timeout,
         max_in_flight: dest.max_in_flight,
-        headers,
         circuit,
         rate_limit,
     })
+}
+
+/// A `whsec_` secret reference, resolved and decoded.
+fn signing_key(
+    key: &dyn Fn(&str) -> String,
+    reference: &secrecy::SecretString,
+) -> Result<SecretSlice<u8>, ConfigError> {
+    let secret = resolve_secret(reference).map_err(|p| invalid(key("signing_secret"), p))?;
+    let decoded = secret
+        .expose_secret()
+        .strip_prefix("whsec_")
+        .and_then(|b| crate::verify::decode_base64_lenient(b).ok())
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| {
+            invalid(
+                key("signing_secret"),
+                "must be \"whsec_\" followed by base64 (generate one with `openssl rand -base64 32`)",
+            )
+        })?;
+    Ok(decoded.into())
 }
 
 /// Headers hookgate sets on a delivery itself: a destination's `headers` may not replace

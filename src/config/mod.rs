@@ -1,5 +1,6 @@
 //! Configuration: `Settings` is the file as written, `GatewayConfig` what it means.
 
+mod broker;
 mod destination;
 mod github_app;
 mod quarantine;
@@ -9,7 +10,8 @@ mod secret;
 mod settings;
 mod validate;
 
-pub use destination::{Circuit, Destination, RateLimit};
+pub use broker::{NatsTarget, RabbitTarget};
+pub use destination::{Circuit, Destination, RateLimit, Target};
 pub use github_app::GitHubApp;
 pub use quarantine::{QuarantineConfig, QuarantineSettings};
 pub use reconcile::{ReconcileConfig, ReconcileProvider, ReconcileSettings};

@@ -423,8 +423,22 @@ fn default_tenant() -> String {
 #[serde(deny_unknown_fields)]
 pub struct DestinationSettings {
     pub name: String,
+    /// `"http"` (the default), `"nats"` (JetStream) or `"rabbitmq"`.
+    #[serde(default = "default_destination_kind")]
+    pub kind: String,
+    /// The receiver's URL; for a broker, its server (`nats://…`, `amqp://…`), which may be a
+    /// secret reference (`env:AMQP_URL`) since it can carry credentials.
     pub url: String,
-    pub signing_secret: SecretString,
+    /// Signs every delivery (`whsec_…`); required for HTTP, optional for a broker.
+    pub signing_secret: Option<SecretString>,
+    /// NATS: the subject template (`webhooks.{source}.{event_type}`).
+    pub subject: Option<String>,
+    /// NATS: the stream that must take the message (its name is sent as the expected stream).
+    pub stream: Option<String>,
+    /// RabbitMQ: the exchange template (`""` is the default exchange).
+    pub exchange: Option<String>,
+    /// RabbitMQ: the routing-key template (`{source}.{event_type}`).
+    pub routing_key: Option<String>,
     #[serde(default = "default_retry_schedule")]
     pub retry_schedule: Vec<String>,
     #[serde(default = "default_delivery_timeout")]
@@ -451,6 +465,10 @@ pub struct CircuitSettings {
     pub failures: u32,
     #[serde(default = "default_cool_down")]
     pub cool_down: String,
+}
+
+fn default_destination_kind() -> String {
+    "http".into()
 }
 
 fn default_cool_down() -> String {

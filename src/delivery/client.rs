@@ -1,20 +1,28 @@
-//! The HTTP client that forwards one job: no redirects, a timeout per attempt, and a
-//! classification of the answer that never keeps the receiver's response body.
+//! Forwards one job: over HTTP (no redirects, a timeout per attempt, and a classification
+//! of the answer that never keeps the receiver's response body), or to a broker
+//! (`nats`, `rabbitmq`), done when the broker acknowledges it.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use secrecy::ExposeSecret;
 
+use super::brokers::Brokers;
 use super::sign::sign_standard_webhook;
-use crate::config::Destination;
+use crate::config::{Destination, Target};
 use crate::queue::Verdict;
 
 /// What is sent: one stored event to one destination, as attempt number `attempt`.
 #[derive(Debug)]
 pub struct Delivery<'a> {
     pub event_id: &'a str,
+    /// The job's id: stable across the job's attempts, new for a replay. Brokers use it to
+    /// absorb a republish (`Nats-Msg-Id`, AMQP `message_id`).
+    pub delivery_id: &'a str,
+    pub destination: &'a str,
     pub source: &'a str,
     pub event_type: Option<&'a str>,
     pub provider_event_id: &'a str,
@@ -33,13 +41,20 @@ pub struct AttemptReport {
     pub verdict: Verdict,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Deliverer {
     client: reqwest::Client,
+    brokers: Arc<Brokers>,
 }
 
 impl Deliverer {
-    pub fn new() -> Self {
+    /// A deliverer for `destinations`: broker connections open on first use and are shared
+    /// by every delivery through this deliverer (and by readiness checks, see `brokers`).
+    pub fn new(destinations: &BTreeMap<String, Arc<Destination>>) -> Self {
+        Self::with_brokers(Arc::new(Brokers::new(destinations)))
+    }
+
+    pub fn with_brokers(brokers: Arc<Brokers>) -> Self {
         let client = reqwest::Client::builder()
             // A redirect is a failure: following it could send the payload somewhere unvetted.
             .redirect(reqwest::redirect::Policy::none())
@@ -47,20 +62,53 @@ impl Deliverer {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .expect("the HTTP client builds with static settings");
-        Self { client }
+        Self { client, brokers }
+    }
+
+    pub fn brokers(&self) -> &Arc<Brokers> {
+        &self.brokers
     }
 
     pub async fn deliver(&self, destination: &Destination, d: &Delivery<'_>) -> AttemptReport {
         let started_at = Utc::now();
         let clock = Instant::now();
-        let signed = sign_standard_webhook(
-            destination.signing_key.expose_secret(),
-            d.event_id,
-            started_at.timestamp(),
-            d.body,
-        );
+        let (status_code, error, verdict) = match &destination.target {
+            Target::Http { url, headers } => {
+                self.post(destination, url, headers, d, started_at.timestamp())
+                    .await
+            }
+            _ => {
+                let published = self
+                    .brokers
+                    .publish(destination, d, started_at.timestamp())
+                    .await;
+                (None, published.error, published.verdict)
+            }
+        };
+        AttemptReport {
+            started_at,
+            duration: clock.elapsed(),
+            status_code,
+            error,
+            verdict,
+        }
+    }
+
+    async fn post(
+        &self,
+        destination: &Destination,
+        url: &url::Url,
+        extra_headers: &HeaderMap,
+        d: &Delivery<'_>,
+        timestamp: i64,
+    ) -> (Option<u16>, Option<String>, Verdict) {
+        let key = destination
+            .signing_key
+            .as_ref()
+            .expect("an HTTP destination always has a signing key (checked at load)");
+        let signed = sign_standard_webhook(key.expose_secret(), d.event_id, timestamp, d.body);
         // The destination's own headers first: hookgate's, set below, are never replaced.
-        let mut headers = destination.headers.clone();
+        let mut headers = extra_headers.clone();
         let mut put = |name: &'static str, value: &str| {
             if let Ok(v) = HeaderValue::from_str(value) {
                 headers.insert(name, v);
@@ -79,33 +127,20 @@ impl Deliverer {
 
         let result = self
             .client
-            .post(destination.url.clone())
+            .post(url.clone())
             .headers(headers)
             .timeout(destination.timeout)
             .body(d.body.to_vec())
             .send()
             .await;
-        let (status_code, error, verdict) = match result {
+        match result {
             Ok(response) => classify(response.status().as_u16(), response.headers()),
             Err(e) => (
                 None,
                 Some(transport_error(e)),
                 Verdict::Retry { retry_after: None },
             ),
-        };
-        AttemptReport {
-            started_at,
-            duration: clock.elapsed(),
-            status_code,
-            error,
-            verdict,
         }
-    }
-}
-
-impl Default for Deliverer {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

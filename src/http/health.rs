@@ -13,16 +13,35 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Readiness: the store answers now, so an ingested event can be committed.
+/// Readiness: the store answers now, so an ingested event can be committed. Broker
+/// destinations are reported but do not make the process unready: ingest commits while a
+/// broker is down, and their jobs wait in the queue, so taking every instance out of a load
+/// balancer for it would turn a delivery delay into lost webhooks. A broker that cannot be
+/// reached makes the status `"degraded"` and names the destination and the reason.
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    match tokio::time::timeout(Duration::from_secs(5), state.store.ping()).await {
-        Ok(Ok(())) => HttpResponse::Ok().json(json!({"status": "ready"})),
+    let store = tokio::time::timeout(Duration::from_secs(5), state.store.ping());
+    let brokers = state.brokers.check(Duration::from_secs(3));
+    let (store, brokers) = futures_util::future::join(store, brokers).await;
+    match store {
+        Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness check failed");
-            not_ready()
+            return not_ready();
         }
-        Err(_) => not_ready(),
+        Err(_) => return not_ready(),
     }
+    if brokers.is_empty() {
+        return HttpResponse::Ok().json(json!({"status": "ready"}));
+    }
+    for b in brokers.iter().filter(|b| !b.ready) {
+        tracing::warn!(destination = %b.destination, error = b.error.as_deref(), "broker destination not reachable");
+    }
+    let status = if brokers.iter().all(|b| b.ready) {
+        "ready"
+    } else {
+        "degraded"
+    };
+    HttpResponse::Ok().json(json!({"status": status, "destinations": brokers}))
 }
 
 fn not_ready() -> HttpResponse {

@@ -41,6 +41,8 @@ pub struct AppState {
     pub quarantine: crate::quarantine::Quarantine,
     /// Runs reconciliations against providers' APIs (the admin API's on-demand runs).
     pub provider_reconciler: crate::reconcile::ProviderReconciler,
+    /// Connections to broker destinations, for `/readyz` to report them.
+    pub brokers: Arc<crate::delivery::Brokers>,
 }
 
 impl AppState {
@@ -71,6 +73,7 @@ impl AppState {
         );
         Self {
             provider_reconciler,
+            brokers: Arc::new(crate::delivery::Brokers::new(&config.destinations)),
             alerts: crate::alerts::Alerts::new(store.clone(), config.clone()),
             quarantine: crate::quarantine::Quarantine::start(
                 store.clone(),

@@ -60,12 +60,15 @@ impl Context {
 
         let heartbeat = self.queue.keep_leased(&job, self.config.worker.lease);
         let event_id = job.event_id.to_string();
+        let delivery_id = job.job_id.to_string();
         let report = self
             .deliverer
             .deliver(
                 &destination,
                 &Delivery {
                     event_id: &event_id,
+                    delivery_id: &delivery_id,
+                    destination: &job.destination,
                     source: &job.source,
                     event_type: job.event_type.as_deref(),
                     provider_event_id: &job.provider_event_id,

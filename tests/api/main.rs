@@ -6,6 +6,7 @@ use hookgate_testkit::both_backends;
 
 mod admin;
 mod alerts;
+mod brokers;
 mod bulk;
 mod circuit;
 mod concurrency;

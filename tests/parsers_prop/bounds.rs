@@ -85,7 +85,7 @@ fn entries(verifier: &SourceVerifier, value: &str, count: usize) -> String {
             let parts: Vec<&str> = value.split(pair_separator.as_str()).collect();
             let sig = parts.iter().find(|p| p.starts_with(&sig_key)).unwrap();
             let mut out: Vec<&str> = parts.iter().filter(|p| *p != sig).copied().collect();
-            out.extend(std::iter::repeat(*sig).take(count));
+            out.extend(std::iter::repeat_n(*sig, count));
             out.join(pair_separator)
         }
         SignatureFormat::List { list_separator, .. } => vec![value; count].join(list_separator),

@@ -142,7 +142,7 @@ fn prune(value: &Value, seed: &mut u64) -> Value {
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
-        *seed % 3 != 0
+        !(*seed).is_multiple_of(3)
     };
     match value {
         Value::Object(map) => {

@@ -4,6 +4,8 @@
 //! connections and the two-store test macro (`both_backends!`). The gateway's tests use it
 //! as a dev-dependency; it is a member crate so that no test includes it by `#[path]`.
 
+pub mod broker_servers;
+pub mod brokers;
 pub mod console;
 pub mod fake_providers;
 pub mod github_app;
