@@ -47,6 +47,8 @@ pub struct GwConfig {
     pub db_url: String,
     /// Where the `sink` destination points.
     pub sink_url: String,
+    /// The `sink` destination's keys after its name, replacing the HTTP ones (a broker).
+    pub sink_destination: Option<String>,
     pub retry_schedule: Vec<String>,
     /// `database.sqlite_synchronous` ("full", "normal"); the gateway's default when None.
     pub sqlite_synchronous: Option<&'static str>,
@@ -63,6 +65,7 @@ impl GwConfig {
         Self {
             db_url: db_url.into(),
             sink_url: sink_url.into(),
+            sink_destination: None,
             retry_schedule: vec!["1s".into(), "5s".into(), "30s".into()],
             sqlite_synchronous: None,
             extra_sources: Vec::new(),
@@ -128,9 +131,15 @@ reconcile_lookback = "24h"
         .iter()
         .map(|d| format!("\"{d}\""))
         .collect();
+    let target = match &cfg.sink_destination {
+        Some(keys) => keys.clone(),
+        None => format!(
+            "url = \"{}\"\nsigning_secret = \"whsec_YmVuY2gtc2luay1zaWduaW5nLWtleS0wMDAwMDA=\"",
+            cfg.sink_url
+        ),
+    };
     t.push_str(&format!(
-        "\n[[destinations]]\nname = \"sink\"\nurl = \"{}\"\nsigning_secret = \"whsec_YmVuY2gtc2luay1zaWduaW5nLWtleS0wMDAwMDA=\"\nretry_schedule = [{}]\ntimeout = \"10s\"\nmax_in_flight = {}\n",
-        cfg.sink_url,
+        "\n[[destinations]]\nname = \"sink\"\n{target}\nretry_schedule = [{}]\ntimeout = \"10s\"\nmax_in_flight = {}\n",
         schedule.join(", "),
         opts.max_in_flight
     ));

@@ -108,7 +108,7 @@ impl LoadReport {
     /// concurrency).
     pub fn kept_up(&self) -> bool {
         self.target_rate
-            .map_or(true, |rate| self.throughput >= KEPT_UP_SHARE * rate)
+            .is_none_or(|rate| self.throughput >= KEPT_UP_SHARE * rate)
     }
 
     pub fn line(&self) -> String {

@@ -28,7 +28,7 @@ use clap::{Args, Parser, Subcommand};
 use gateway::GatewayOpts;
 use report::Results;
 use scenarios::{
-    backlog, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained, Ctx,
+    backlog, brokers, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained, Ctx,
 };
 
 #[derive(Debug, Parser)]
@@ -83,6 +83,9 @@ enum Cmd {
     /// Valid ingest alone, under a flood of badly signed requests with the quarantine on, and
     /// under the same flood with it off: two gateways side by side, alternated.
     QuarantineFlood(Common),
+    /// Hand-off to NATS JetStream and RabbitMQ from a backlog, each against a plain
+    /// publish-and-await-ack loop with the same client, size and concurrency.
+    Brokers(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -227,6 +230,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Signatures(c) => ("signatures", c),
         Cmd::Routes(c) => ("routes", c),
         Cmd::QuarantineFlood(c) => ("quarantine-flood", c),
+        Cmd::Brokers(c) => ("brokers", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -388,6 +392,14 @@ async fn run(
         let out = quarantine_flood::run(&ctx, &common.flood_stores, sizes).await;
         record(&mut results, "quarantine-flood", &stamp, out, |r, v| {
             r.quarantine_flood = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("brokers") {
+        section("brokers: hand-off to NATS JetStream and RabbitMQ vs the plain publish loop");
+        let out = brokers::run(&ctx).await;
+        record(&mut results, "brokers", &stamp, out, |r, v| {
+            r.brokers = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;

@@ -9,7 +9,7 @@ pub(crate) fn rate(x: f64) -> String {
     let s = n.abs().to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -306,6 +306,9 @@ pub fn render(r: &Results) -> String {
     }
     for f in r.quarantine_flood.iter().flat_map(|q| &q.stores) {
         f.table_row(&mut s);
+    }
+    for b in r.brokers.iter().flat_map(|b| &b.runs) {
+        b.table_row(&mut s);
     }
     details(&mut s, r);
     s

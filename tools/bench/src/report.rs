@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gateway::GatewayOpts;
 use crate::scenarios::{
-    backlog, delivery, e2e, ingest, quarantine_result, routes, signatures, sustained,
+    backlog, brokers, delivery, e2e, ingest, quarantine_result, routes, signatures, sustained,
 };
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -48,6 +48,7 @@ pub struct Results {
     pub signatures: Option<signatures::Signatures>,
     pub routes: Option<routes::Routes>,
     pub quarantine_flood: Option<quarantine_result::QuarantineFlood>,
+    pub brokers: Option<brokers::Brokers>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -80,6 +81,7 @@ impl Results {
         take!(signatures, "signatures");
         take!(routes, "routes");
         take!(quarantine_flood, "quarantine-flood");
+        take!(brokers, "brokers");
         // Scenarios that use no PostgreSQL leave the header's server as the run that
         // measured the others described it.
         if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {

@@ -108,7 +108,7 @@ async fn serve(mut stream: TcpStream, state: Arc<SinkState>) {
         }
         let at = Instant::now();
         let n = state.fail_one_in.load(Ordering::Relaxed);
-        let fail = n > 0 && attempt == 1 && fnv1a(id.as_bytes()) % n == 0;
+        let fail = n > 0 && attempt == 1 && fnv1a(id.as_bytes()).is_multiple_of(n);
         let answer: &[u8] = if fail {
             state.failed.fetch_add(1, Ordering::Relaxed);
             b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n"
@@ -150,7 +150,7 @@ mod tests {
         let expect: Vec<u16> = ["a", "b", "c"]
             .iter()
             .map(|id| {
-                if fnv1a(id.as_bytes()) % 2 == 0 {
+                if fnv1a(id.as_bytes()).is_multiple_of(2) {
                     500
                 } else {
                     200

@@ -1,6 +1,7 @@
 //! The scenarios, and what they share: the run context and the gateway ingest measurement.
 
 pub mod backlog;
+pub mod brokers;
 pub mod delivery;
 pub mod e2e;
 pub mod ingest;

@@ -149,7 +149,7 @@ pub fn shape(i: u64) -> Shape {
     let route = (h % ROUTES as u64) as usize;
     let (_, types, object) = FAMILIES[route / 2];
     let spread = (h >> 16) % 50_000;
-    let amount = if route % 2 == 0 {
+    let amount = if route.is_multiple_of(2) {
         50 + spread % (THRESHOLD - 50)
     } else {
         THRESHOLD + spread
