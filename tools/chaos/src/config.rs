@@ -45,6 +45,8 @@ pub struct ConfigParams<'a> {
     pub source: &'a str,
     pub once: Option<&'a OnceSource<'a>>,
     pub sink_url: &'a str,
+    /// The run's own NATS server, which every source also routes to (`bus`).
+    pub broker_url: &'a str,
     pub schedule: &'a [String],
 }
 
@@ -55,7 +57,7 @@ fn once_block(once: &OnceSource<'_>) -> String {
 name = "{ONCE_SOURCE}"
 provider = "stripe"
 secrets = ["{SOURCE_SECRET}"]
-destinations = ["sink"]
+destinations = ["sink", "bus"]
 "#
     );
     if let Some(base) = once.api_base {
@@ -103,7 +105,7 @@ reconcile_lookback = "24h"
 name = "{source}"
 provider = "stripe"
 secrets = ["{secret}"]
-destinations = ["sink"]
+destinations = ["sink", "bus"]
 {once}
 [[destinations]]
 name = "sink"
@@ -112,7 +114,20 @@ signing_secret = "{dest_secret}"
 retry_schedule = [{schedule}]
 timeout = "{timeout}s"
 max_in_flight = 16
+
+[[destinations]]
+name = "bus"
+kind = "nats"
+url = "{broker}"
+subject = "{subject_prefix}.{{source}}.{{event_type}}"
+stream = "{stream}"
+retry_schedule = [{schedule}]
+timeout = "{timeout}s"
+max_in_flight = 16
 "#,
+        broker = p.broker_url,
+        subject_prefix = crate::broker::SUBJECT_PREFIX,
+        stream = crate::broker::STREAM,
         port = p.listen_port,
         db = p.db_url,
         source = p.source,

@@ -5,8 +5,9 @@
 //!   (fast or immediate), `pg_terminate_backend` of every hookgate connection, a window of
 //!   sink 500s, a window of sink stalls, a pause (SIGSTOP, then SIGCONT) of a random process
 //!   for longer than the worker lease, a gateway outage (both PostgreSQL API processes killed
-//!   and held down for seconds, then started again). The deck makes every kind come up in
-//!   short runs.
+//!   and held down for seconds, then started again), a broker restart (the run's NATS server
+//!   killed with SIGKILL, held down for seconds, then started again on its store). The deck
+//!   makes every kind come up in short runs.
 //!
 //! Unless told otherwise, a fault that would interrupt a reconciliation run (kill -9 of a
 //! worker, a PostgreSQL restart, cut connections) first waits, a few seconds at most, for the
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::broker::Broker;
 use crate::cluster::Cluster;
 use crate::procs::{Kind, Procs};
 use crate::sink::{Mode, SinkState};
@@ -51,6 +53,7 @@ pub struct Faults {
     procs: Arc<Procs>,
     cluster: Arc<Cluster>,
     sink: Arc<SinkState>,
+    broker: Arc<Broker>,
     started_at: Instant,
     stop: AtomicBool,
     sink_generation: AtomicU64,
@@ -75,9 +78,13 @@ enum Card {
     /// Both PostgreSQL API processes down for seconds: every POST to them fails, and the
     /// non-retrying provider's events sent meanwhile are lost unless reconciliation finds them.
     Outage,
+    /// The NATS server killed with SIGKILL and held down for seconds: publishes in flight
+    /// get no acknowledgement and are retried; the stream must end with every event once.
+    BrokerRestart,
 }
 
-const DECK: [Card; 8] = [
+const DECK: [Card; 9] = [
+    Card::BrokerRestart,
     Card::Outage,
     Card::Pause,
     Card::PgRestart,
@@ -101,6 +108,7 @@ impl Faults {
         procs: Arc<Procs>,
         cluster: Arc<Cluster>,
         sink: Arc<SinkState>,
+        broker: Arc<Broker>,
         started_at: Instant,
     ) -> Arc<Faults> {
         Arc::new(Faults {
@@ -108,6 +116,7 @@ impl Faults {
             procs,
             cluster,
             sink,
+            broker,
             started_at,
             stop: AtomicBool::new(false),
             sink_generation: AtomicU64::new(0),
@@ -248,6 +257,20 @@ impl Faults {
                         "gateway outage",
                         format!("{} down for {:.1}s", names.join(", "), d.as_secs_f64()),
                     );
+                }
+                Card::BrokerRestart => {
+                    let hold = between(&mut rng, self.opts.restart_delay);
+                    self.broker.kill9();
+                    self.note(
+                        "broker restart",
+                        format!("nats-server killed, back in {:.1}s", hold.as_secs_f64()),
+                    );
+                    if !self.pause(hold).await {
+                        return;
+                    }
+                    if let Err(e) = self.broker.ensure_running().await {
+                        self.note("broker restart", format!("FAILED to start again: {e}"));
+                    }
                 }
                 Card::PgRestart => {
                     let immediate = rng.bool();

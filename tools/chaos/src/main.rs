@@ -5,6 +5,7 @@
 //! that reconciliation against a fake provider API recovered every event a non-retrying
 //! provider sent while the gateway was down.
 
+mod broker;
 mod check;
 mod config;
 mod drain;
@@ -254,6 +255,10 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         cluster.data_dir().display()
     );
 
+    // The broker: a NATS server of the run's own, so a fault can kill it.
+    let broker = Arc::new(broker::Broker::start(workdir.path("nats")).await?);
+    eprintln!("chaos: NATS JetStream at {}", broker.url());
+
     // The sink.
     let sink = Sink::start(DEST_SECRET, STALL, t0, cli.sabotage_forget_every).await?;
     // The non-retrying provider's events API, which reconciliation lists.
@@ -293,6 +298,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 source,
                 once,
                 sink_url: &format!("{}{sink_path}", sink.base),
+                broker_url: &broker.url(),
                 schedule: &schedule,
             }),
         )?;
@@ -379,6 +385,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         procs.clone(),
         cluster.clone(),
         sink.state.clone(),
+        broker.clone(),
         t0,
     );
     let fault_tasks = if cli.no_faults {
@@ -412,6 +419,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         tokio::task::spawn_blocking(move || c.ensure_running()).await??;
     }
     cluster.wait_ready(Duration::from_secs(60)).await?;
+    broker.ensure_running().await?;
     procs.release_holds();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !procs.all_up() && Instant::now() < deadline {
@@ -460,8 +468,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         provider_api.state.counts(),
         reconciled,
     );
+    let stored: Vec<&String> = postgres.ids.values().chain(sqlite.ids.values()).collect();
+    let broker_findings = broker::check(&stored, &broker.messages().await?);
     let mut violations = findings.violations();
     violations.extend(once.violations());
+    violations.extend(broker_findings.violations());
     let unexpected_exits = procs.unexpected_exits();
     if !unexpected_exits.is_empty() {
         warnings.push(format!(
@@ -495,6 +506,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         total_secs: t0.elapsed().as_secs_f64(),
         findings,
         once,
+        broker: broker_findings,
         spared: (
             faults.spared.load(Ordering::Relaxed),
             faults.spare_gave_up.load(Ordering::Relaxed),

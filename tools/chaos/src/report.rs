@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::broker::BrokerFindings;
 use crate::check::{AnswerCounts, DbState, Findings};
 use crate::faults::FaultEvent;
 use crate::procs::UnexpectedExit;
@@ -30,6 +31,8 @@ pub struct Report {
     pub findings: Findings,
     /// The non-retrying provider and reconciliation.
     pub once: OnceFindings,
+    /// The `bus` destination's JetStream stream against the stored events.
+    pub broker: BrokerFindings,
     /// Faults that waited for a reconciliation run to end; those that went ahead after the
     /// wait; whether faults could interrupt runs (`--interrupt-reconciliation`).
     pub spared: (u64, u64, bool),
@@ -151,6 +154,16 @@ impl Report {
             "processes   2 api + 2 worker on PostgreSQL (throwaway cluster, fsync on), 1 all-in-one on SQLite"
         );
         once_lines(w, &self.once);
+        let b = &self.broker;
+        let _ = writeln!(
+            w,
+            "broker      JetStream stream of the `bus` destination: {} messages for {} stored events; missing {}, on it more than once {}, of unstored events {}",
+            b.messages,
+            b.stored_events,
+            b.missing.len(),
+            b.duplicated.len(),
+            b.unexpected.len()
+        );
         if self.once.reconciled {
             let (spared, gave_up, interrupt) = self.spared;
             let _ = writeln!(
@@ -296,7 +309,16 @@ impl Report {
         );
         let _ = writeln!(w, "```text\n{}```\n", self.text());
         let f = &self.findings;
-        let details: [(&str, &Vec<String>); 10] = [
+        let details: [(&str, &Vec<String>); 13] = [
+            ("Broker stream: stored events missing", &self.broker.missing),
+            (
+                "Broker stream: events more than once",
+                &self.broker.duplicated,
+            ),
+            (
+                "Broker stream: events never stored",
+                &self.broker.unexpected,
+            ),
             ("Lost", &f.lost),
             ("Acknowledged but not stored", &f.acked_not_stored),
             ("Stored but never delivered", &f.stored_not_delivered),

@@ -171,7 +171,7 @@ async fn record(state: web::Data<SinkState>, req: HttpRequest, body: web::Bytes)
     };
     if answered == Answered::Ok
         && state.forget_every > 0
-        && (state.oks.fetch_add(1, Ordering::Relaxed) + 1) % state.forget_every == 0
+        && (state.oks.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(state.forget_every)
     {
         return HttpResponse::Ok().body("ok");
     }
