@@ -8,7 +8,8 @@ use hookgate::worker::CrashPoint;
 use reqwest::Method;
 
 use super::{
-    after_lease, app_with, deliver_all, event_ids, ids, ingest_in_background, readyz, succeeded,
+    after_lease, app_with, app_with_adjusted, deliver_all, event_ids, ids, ingest_in_background,
+    readyz, succeeded,
 };
 use crate::both_backends;
 use crate::support::broker_servers::NatsServer;
@@ -21,6 +22,7 @@ both_backends!(
     a_replay_publishes_again_under_a_new_delivery_id,
     a_subject_the_stream_does_not_take_is_a_retryable_failure,
     a_server_killed_mid_stream_loses_nothing_and_duplicates_nothing,
+    a_broker_destination_pauses_trips_and_dead_letters_like_any_other,
 );
 
 async fn each_event_lands_on_the_stream_once_with_its_headers(backend: Backend) {
@@ -195,4 +197,42 @@ pub(super) async fn wait_for_failed_attempts(app: &crate::support::TestApp) {
         assert!(tokio::time::Instant::now() < deadline, "no attempt failed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Pause, circuit breaker and dead letters are the queue's, whatever the kind: a paused
+/// broker destination publishes nothing, and a failing one trips its breaker and ends its
+/// jobs as dead letters when the schedule runs out.
+async fn a_broker_destination_pauses_trips_and_dead_letters_like_any_other(backend: Backend) {
+    let stream = TestStream::create(NATS_URL).await;
+    let mut bus = nats_destination("bus", NATS_URL, "hgtest-nowhere.{source}", None);
+    bus.retry_schedule = vec!["1ms".into()];
+    bus.max_in_flight = 1;
+    bus.circuit = Some(hookgate::config::CircuitSettings {
+        failures: 2,
+        cool_down: "1h".into(),
+    });
+    let app = app_with_adjusted(backend, bus, |_| {}).await;
+    let post = |path: &'static str| {
+        let app = &app;
+        async move { app.admin(Method::POST, ACME_TOKEN, path, None, None).await }
+    };
+
+    assert_eq!(post("/destinations/bus/pause").await.status(), 200);
+    let event = app.ingest_stripe("evt_nats_held").await;
+    app.worker().run_once().await.unwrap();
+    let job = app.job(event, "bus").await;
+    assert_eq!((job.status, job.attempts), (JobStatus::Pending, 0), "held");
+    assert_eq!(post("/destinations/bus/resume").await.status(), 200);
+
+    // Two failed attempts (no stream takes the subject): a dead letter, and the breaker trips.
+    app.worker().run_once().await.unwrap();
+    app.worker()
+        .run_once_at(chrono::Utc::now() + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+    let job = app.job(event, "bus").await;
+    assert_eq!((job.status, job.attempts), (JobStatus::Failed, 2));
+    let state = app.admin_json(ACME_TOKEN, "/destinations/bus").await;
+    assert_eq!(state["state"], "tripped", "{state}");
+    assert!(stream.messages().await.is_empty());
 }
