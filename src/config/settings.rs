@@ -151,6 +151,11 @@ pub struct DatabaseSettings {
     /// `sqlite://path.db` (the default) or `postgres://user@host:5432/db`.
     #[serde(default = "default_database_url")]
     pub url: String,
+    /// PostgreSQL only: a streaming replica of `url` that serves the admin API's and the
+    /// console's listings and searches (events, dead letters, undelivered). Writes, claims,
+    /// ingest and single-record reads stay on `url`.
+    #[serde(default)]
+    pub read_url: Option<String>,
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
     /// How long a request waits for a connection before it is answered 503.
@@ -169,6 +174,7 @@ impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
             url: default_database_url(),
+            read_url: None,
             max_connections: default_max_connections(),
             acquire_timeout: default_acquire_timeout(),
             busy_timeout: default_busy_timeout(),

@@ -39,6 +39,8 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
     pub url: String,
+    /// A read replica for admin listings (PostgreSQL only).
+    pub read_url: Option<String>,
     pub max_connections: u32,
     pub acquire_timeout: Duration,
     pub busy_timeout: Duration,
@@ -206,8 +208,23 @@ impl GatewayConfig {
         if d.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be positive"));
         }
+        if let Some(read) = &d.read_url {
+            if d.url.starts_with("sqlite:") {
+                return Err(invalid(
+                    "database.read_url",
+                    "is for PostgreSQL: SQLite has no replicas",
+                ));
+            }
+            if !(read.starts_with("postgres://") || read.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "database.read_url",
+                    "must start with postgres:// or postgresql://",
+                ));
+            }
+        }
         let database = DatabaseConfig {
             url: d.url.clone(),
+            read_url: d.read_url.clone(),
             max_connections: d.max_connections,
             acquire_timeout: duration("database.acquire_timeout", &d.acquire_timeout)?,
             busy_timeout: duration("database.busy_timeout", &d.busy_timeout)?,

@@ -58,16 +58,16 @@ impl Store {
     ) -> Result<Vec<EventSummary>, StoreError> {
         filter.check()?;
         let built = admin_sql::list_events(filter, after, limit);
-        let rows: Vec<SummaryRow> = dispatch!(self, s =>
-            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&s.pool).await?);
+        let rows: Vec<SummaryRow> = dispatch_listing!(self, pool =>
+            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(pool).await?);
         Ok(rows.into_iter().map(EventSummary::from).collect())
     }
 
     pub async fn count_matching_events(&self, filter: &EventFilter) -> Result<i64, StoreError> {
         filter.check()?;
         let built = admin_sql::count_events(filter);
-        Ok(dispatch!(self, s =>
-            bind_built!(sqlx::query_scalar(&built.sql), built).fetch_one(&s.pool).await?))
+        Ok(dispatch_listing!(self, pool =>
+            bind_built!(sqlx::query_scalar(&built.sql), built).fetch_one(pool).await?))
     }
 
     pub async fn list_dead_letters(
@@ -78,8 +78,8 @@ impl Store {
     ) -> Result<Vec<JobWithEvent>, StoreError> {
         filter.check()?;
         let built = admin_sql::list_dead_letters(filter, after, limit);
-        let rows: Vec<JobWithEventRow> = dispatch!(self, s =>
-            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(&s.pool).await?);
+        let rows: Vec<JobWithEventRow> = dispatch_listing!(self, pool =>
+            bind_built!(sqlx::query_as(&built.sql), built).fetch_all(pool).await?);
         rows.into_iter().map(JobWithEvent::try_from).collect()
     }
 

@@ -15,6 +15,23 @@ macro_rules! dispatch {
     };
 }
 
+/// As `dispatch!`, with `$pool` the pool for admin listings: PostgreSQL's read replica
+/// (`database.read_url`) when there is one, else the store's pool.
+macro_rules! dispatch_listing {
+    ($self:ident, $pool:ident => $body:expr) => {
+        match $self {
+            Store::Postgres(s) => {
+                let $pool = s.read_pool();
+                $body
+            }
+            Store::Sqlite(s) => {
+                let $pool = &s.pool;
+                $body
+            }
+        }
+    };
+}
+
 /// Runs `$body` in a write transaction on whichever backend is in use and commits it; the
 /// body's value is the result. PostgreSQL begins on the durable pool; SQLite begins
 /// IMMEDIATE on a connection holding this process's write turn, so the transaction never

@@ -49,6 +49,10 @@ pub struct PgStore {
     ingest_connections: std::sync::Arc<HeldConnections<sqlx::Postgres>>,
     /// Wakes listening workers after an ingest commit that queued jobs.
     job_wakeups: std::sync::Arc<wakeups::JobWakeups>,
+    /// `database.read_url`: a streaming replica for the admin listings, or `pool` itself.
+    /// What it shows trails the primary by the replica's lag; nothing written is read
+    /// back from it.
+    read: PgPool,
 }
 
 impl PgStore {
@@ -66,7 +70,15 @@ impl PgStore {
                 ("plan_cache_mode", "force_custom_plan"),
             ]));
         let relaxed_connections = std::sync::Arc::new(HeldConnections::new(relaxed.clone()));
+        let read = match &config.read_url {
+            Some(url) => PgPoolOptions::new()
+                .max_connections(config.max_connections)
+                .acquire_timeout(config.acquire_timeout)
+                .connect_lazy_with(PgConnectOptions::from_str(url).map_err(StoreError::Database)?),
+            None => pool.clone(),
+        };
         Ok(Self {
+            read,
             ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
             relaxed_connections: relaxed_connections.clone(),
             job_wakeups: wakeups::JobWakeups::new(relaxed_connections),
@@ -74,6 +86,11 @@ impl PgStore {
             relaxed,
             ingest_saw_copies: Default::default(),
         })
+    }
+
+    /// The pool for admin listings: the replica when `database.read_url` names one.
+    pub(super) fn read_pool(&self) -> &PgPool {
+        &self.read
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

@@ -118,8 +118,8 @@ impl Store {
              s.tripped_at IS NOT NULL AS held_tripped FROM {FROM} WHERE {c} \
              ORDER BY j.created_at DESC, j.id DESC LIMIT {limit}"
         );
-        let rows: Vec<UndeliveredRow> = dispatch!(self, s =>
-            bind_built!(sqlx::query_as(&b.sql), b).fetch_all(&s.pool).await?);
+        let rows: Vec<UndeliveredRow> = dispatch_listing!(self, pool =>
+            bind_built!(sqlx::query_as(&b.sql), b).fetch_all(pool).await?);
         rows.into_iter()
             .map(|r| {
                 let job = super::StoredJob::try_from(r.job)?;

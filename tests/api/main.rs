@@ -28,6 +28,7 @@ mod outage;
 mod pools;
 mod quarantine;
 mod rate_limit;
+mod read_replica;
 mod reconciliation;
 mod reconciliation_app;
 mod retention;

@@ -118,6 +118,7 @@ async fn sqlite_commits_leave_checkpoints_to_the_background() {
     let path = dir.path().join("wal.db");
     let store = hookgate::store::SqliteStore::connect(&hookgate::config::DatabaseConfig {
         url: format!("sqlite://{}", path.display()),
+        read_url: None,
         max_connections: 2,
         acquire_timeout: std::time::Duration::from_secs(5),
         busy_timeout: std::time::Duration::from_secs(5),

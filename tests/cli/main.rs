@@ -183,6 +183,24 @@ fn check_rejects_bad_configs_naming_the_key() {
     assert!(check(&sync("normal"), &[]).status.success());
     assert!(check(&sync("full"), &[]).status.success());
     assert_rejected_naming(&sync("off"), &[], "database.sqlite_synchronous");
+    let read = |url: &str, read: &str| {
+        format!("[database]\nurl = \"{url}\"\nread_url = \"{read}\"\n{VALID}")
+    };
+    assert_rejected_naming(
+        &read("sqlite://x.db", "postgres://h/db"),
+        &[],
+        "`database.read_url` is for PostgreSQL",
+    );
+    assert_rejected_naming(
+        &read("postgres://h/db", "mysql://h/db"),
+        &[],
+        "`database.read_url` must start with postgres://",
+    );
+    assert!(
+        check(&read("postgres://h/db", "postgres://replica/db"), &[])
+            .status
+            .success()
+    );
     let window = |w: &str| format!("[worker]\nbatch_window = \"{w}\"\n{VALID}");
     assert!(check(&window("0s"), &[]).status.success(), "off");
     assert!(check(&window("20ms"), &[]).status.success());

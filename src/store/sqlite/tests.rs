@@ -23,6 +23,7 @@ fn store_waiting(
 ) -> SqliteStore {
     SqliteStore::connect(&DatabaseConfig {
         url: format!("sqlite://{}", dir.path().join("s.db").display()),
+        read_url: None,
         max_connections: 1,
         acquire_timeout: Duration::from_secs(5),
         busy_timeout,

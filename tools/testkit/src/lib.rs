@@ -5,6 +5,8 @@
 //! as a dev-dependency; it is a member crate so that no test includes it by `#[path]`.
 
 pub mod broker_servers;
+/// Throwaway PostgreSQL clusters (a primary with a streaming replica for `database.read_url`).
+pub use hookgate_pgcluster as pgcluster;
 pub mod brokers;
 pub mod console;
 pub mod fake_providers;
