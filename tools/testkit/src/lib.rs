@@ -476,6 +476,7 @@ pub fn new_event<'a>(
         delays: &[],
         route_digest: None,
         claims: &[],
+        orderings: &[],
     }
 }
 
