@@ -23,6 +23,7 @@ mod ingest;
 mod limits;
 mod metrics;
 mod missing_jobs;
+mod ordered;
 mod ordered_claim;
 mod outage;
 mod pools;

@@ -278,7 +278,7 @@ impl Case<'_> {
                     ordering: original.ordering.clone(),
                 };
                 self.store
-                    .create_jobs(&[job.clone()], self.now, None)
+                    .create_jobs(std::slice::from_ref(&job), self.now, None)
                     .await
                     .unwrap();
                 self.push(job.id, job.event_id, job.ordering);
