@@ -25,6 +25,7 @@ mod metrics;
 mod missing_jobs;
 mod ordered;
 mod ordered_claim;
+mod ordered_processes;
 mod outage;
 mod pools;
 mod quarantine;
