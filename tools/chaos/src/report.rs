@@ -30,6 +30,8 @@ pub struct Report {
     pub findings: Findings,
     /// The non-retrying provider and reconciliation.
     pub once: OnceFindings,
+    /// The ordered destination: per-key order.
+    pub ordered: crate::ordered::OrderedFindings,
     /// Faults that waited for a reconciliation run to end; those that went ahead after the
     /// wait; whether faults could interrupt runs (`--interrupt-reconciliation`).
     pub spared: (u64, u64, bool),
@@ -151,6 +153,7 @@ impl Report {
             "processes   2 api + 2 worker on PostgreSQL (throwaway cluster, fsync on), 1 all-in-one on SQLite"
         );
         once_lines(w, &self.once);
+        let _ = writeln!(w, "            {}", self.ordered.line());
         if self.once.reconciled {
             let (spared, gave_up, interrupt) = self.spared;
             let _ = writeln!(
@@ -258,6 +261,11 @@ impl Report {
             w,
             "  non-retrying provider, never delivered {}",
             self.once.never_delivered.len()
+        );
+        let _ = writeln!(
+            w,
+            "  ordered destination, order violations  {}",
+            self.ordered.out_of_order.len() + self.ordered.missing.len()
         );
         let others = f.acked_not_stored.len()
             + f.inconsistent_ids.len()
