@@ -256,6 +256,7 @@ pub(crate) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob
         created_at: now,
         updated_at: now,
         discarded_at: None,
+        ordering_key: job.ordering.as_ref().map(|o| o.key.clone()),
     }
 }
 

@@ -120,6 +120,8 @@ pub struct StoredJob {
     pub updated_at: DateTime<Utc>,
     /// Set when an operator discarded this dead letter: it stays `failed`, out of the list.
     pub discarded_at: Option<DateTime<Utc>>,
+    /// The key whose line the job is in (as stored: long keys by digest); none: unordered.
+    pub ordering_key: Option<String>,
 }
 
 /// A job a worker has claimed, with what it needs to deliver it. `claim_token` fences every

@@ -21,6 +21,7 @@ both_backends!(
     a_skipped_dead_letter_lets_the_next_job_go,
     a_replay_joins_the_end_of_its_key_s_line,
     a_keyed_job_is_never_handed_off_at_ingest,
+    the_key_is_shown_with_the_job_and_a_long_one_by_its_digest,
 );
 
 fn ordered(on_dead_letter: &'static str) -> impl FnOnce(&mut Settings) {
@@ -299,4 +300,37 @@ async fn a_keyed_job_is_never_handed_off_at_ingest(backend: Backend) {
     assert_eq!(app.job(none, "billing").await.status, JobStatus::InProgress);
     worker.run_once().await.unwrap();
     assert_eq!(app.job(a0, "billing").await.status, JobStatus::Succeeded);
+}
+
+async fn the_key_is_shown_with_the_job_and_a_long_one_by_its_digest(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, ordered("hold")).await;
+    let short = post(&app, "evt_short", Some("cus_a"), 0).await;
+    let long_key = "c".repeat(1_000);
+    let long = post(&app, "evt_long", Some(&long_key), 0).await;
+    let none = post(&app, "evt_none", None, 0).await;
+
+    let detail = app
+        .admin_json(ACME_TOKEN, &format!("/events/{short}"))
+        .await;
+    let keys: Vec<(&str, Option<&str>)> = detail["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["destination"].as_str().unwrap(),
+                j["ordering_key"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("audit", None), ("billing", Some("cus_a"))]);
+    let stored = app.job(long, "billing").await.ordering_key.unwrap();
+    assert_eq!(stored, hookgate::routing::bounded_key(&long_key));
+    assert!(
+        stored.starts_with("sha256:") && stored.len() == 71,
+        "{stored}"
+    );
+    assert_eq!(app.job(none, "billing").await.ordering_key, None);
+    drain(&app, &[short, long, none], 5).await;
 }
