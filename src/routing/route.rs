@@ -276,4 +276,12 @@ impl RouteTable {
     pub fn is_ordered(&self) -> bool {
         self.routes.iter().any(|r| r.ordering.is_some())
     }
+
+    /// The destinations some route of this table orders.
+    pub fn ordered_destinations(&self) -> impl Iterator<Item = &Name> + '_ {
+        self.routes
+            .iter()
+            .filter(|r| r.ordering.is_some())
+            .map(|r| &r.destination)
+    }
 }

@@ -22,6 +22,7 @@ both_backends!(
     a_replay_joins_the_end_of_its_key_s_line,
     a_keyed_job_is_never_handed_off_at_ingest,
     the_key_is_shown_with_the_job_and_a_long_one_by_its_digest,
+    a_running_worker_moves_down_a_line_without_waiting_for_its_poll,
 );
 
 fn ordered(on_dead_letter: &'static str) -> impl FnOnce(&mut Settings) {
@@ -333,4 +334,27 @@ async fn the_key_is_shown_with_the_job_and_a_long_one_by_its_digest(backend: Bac
     );
     assert_eq!(app.job(none, "billing").await.ordering_key, None);
     drain(&app, &[short, long, none], 5).await;
+}
+
+/// Once a key's head is delivered, the next job is claimable, but no new job (no wake-up)
+/// says so: the worker claims again when the outcome is written, not at its next poll.
+async fn a_running_worker_moves_down_a_line_without_waiting_for_its_poll(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        ordered("hold")(s);
+        s.worker.poll_interval = "1h".into();
+    })
+    .await;
+    let mut events = Vec::new();
+    for n in 0..6 {
+        events.push(post(&app, &format!("evt_a{n}"), Some("cus_a"), n).await);
+    }
+    let worker = app.start_worker();
+    let received = sink
+        .wait_for("/billing", 6, std::time::Duration::from_secs(20))
+        .await;
+    worker.stop().await;
+    assert_eq!(received.len(), 6, "the line stalled until the poll");
+    let a: Vec<u64> = arrivals(&sink).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(a, [0, 1, 2, 3, 4, 5]);
 }
