@@ -15,11 +15,6 @@ macro_rules! dispatch {
     };
 }
 
-/// Runs `$body` in a write transaction on whichever backend is in use and commits it; the
-/// body's value is the result. PostgreSQL begins on the durable pool; SQLite begins
-/// IMMEDIATE on a connection holding this process's write turn, so the transaction never
-/// has to upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
-/// The body may `return` early, which rolls the transaction back.
 /// The claim's ordering rule, for a pending job `j` of destination `$1`: unordered, or no
 /// job of its key is ahead of it (earlier in the line, and pending, in progress, or a dead
 /// letter that holds the line). The second test is written as `jobs_ordering_ahead_idx`'s
@@ -34,6 +29,11 @@ macro_rules! nothing_ahead_sql {
     };
 }
 
+/// Runs `$body` in a write transaction on whichever backend is in use and commits it; the
+/// body's value is the result. PostgreSQL begins on the durable pool; SQLite begins
+/// IMMEDIATE on a connection holding this process's write turn, so the transaction never
+/// has to upgrade a read lock (which SQLite may refuse with SQLITE_BUSY without waiting).
+/// The body may `return` early, which rolls the transaction back.
 macro_rules! in_write_tx {
     ($self:ident, $tx:ident => $body:expr) => {
         match $self {
