@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hookgate::queue::JobStatus;
 use serde_json::json;
 
 use crate::support::sink::{Answer, Sink};
@@ -167,4 +168,19 @@ retry_schedule = ["50ms", "50ms", "50ms", "50ms", "50ms", "50ms", "50ms", "50ms"
     // Repeats are retries after a 500 and at most a few at-least-once redeliveries of the
     // killed worker's attempts; they are reported, not failed.
     eprintln!("{total} items over {KEYS} keys, {repeats} repeated arrivals");
+
+    // The last outcomes trail the last arrivals by a moment; then every job has succeeded,
+    // the killed worker's included.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let succeeded = app.store.count_jobs(JobStatus::Succeeded).await.unwrap();
+        if succeeded == total as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{succeeded} of {total} jobs succeeded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
