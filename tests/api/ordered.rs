@@ -193,6 +193,17 @@ async fn a_held_dead_letter_blocks_its_key_until_retried_or_discarded(backend: B
         0,
         "held behind the dead letter"
     );
+    // The dead-letter list names the key it holds.
+    let page = app
+        .admin_json(ACME_TOKEN, "/dead-letters?destination=billing")
+        .await;
+    let held: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["ordering_key"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, ["cus_a"]);
 
     // A retried dead letter goes first, then the line moves on.
     let dead = app.job(a0, "billing").await.id;
