@@ -85,6 +85,7 @@ impl Alerts {
                 destinations: &destinations,
                 delays: &[],
                 claims: &[],
+                orderings: &[],
                 route_digest: None,
             })
             .await?;

@@ -18,7 +18,7 @@ use crate::config::Source;
 use crate::domain::{EventId, JobId};
 use crate::http::AppState;
 use crate::queue::JobStatus;
-use crate::routing::Route;
+use crate::routing::{JobOrdering, Route};
 use crate::store::{
     EventFilter, EventStatus, NewJob, PageCursor, ReplayRouting, StoredEvent, StoredJob,
 };
@@ -189,6 +189,25 @@ pub(crate) fn replay_destinations(
     Ok(destinations)
 }
 
+/// One new job per destination for a replay of `event`, each joining the end of its key's
+/// line when its route orders the destination's jobs.
+pub(crate) fn replay_jobs(
+    state: &AppState,
+    event: &StoredEvent,
+    destinations: Vec<String>,
+) -> Vec<NewJob> {
+    let source = state.config.sources.get(&event.source);
+    destinations
+        .into_iter()
+        .map(|destination| NewJob {
+            id: JobId::generate(),
+            event_id: event.id,
+            ordering: source.and_then(|s| s.routes.ordering_for_stored(event, &destination)),
+            destination,
+        })
+        .collect()
+}
+
 /// A bulk replay's routing: each event goes where its source's routes send it today.
 struct TenantRoutes<'a> {
     sources: BTreeMap<&'a str, &'a Source>,
@@ -199,17 +218,26 @@ impl ReplayRouting for TenantRoutes<'_> {
         match self.sources.get(source) {
             None => Some(Vec::new()),
             Some(s) if s.routes.routes().iter().any(Route::is_conditional) => None,
+            // Each event's ordering key is read from the event itself.
+            Some(s) if s.routes.is_ordered() => None,
             Some(s) => Some(s.destinations.iter().map(|d| d.to_string()).collect()),
         }
     }
 
     fn route(&self, event: &StoredEvent) -> Vec<String> {
+        self.route_ordered(event)
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect()
+    }
+
+    fn route_ordered(&self, event: &StoredEvent) -> Vec<(String, Option<JobOrdering>)> {
         self.sources
             .get(event.source.as_str())
             .map(|s| s.routes.select_stored(event))
             .unwrap_or_default()
             .into_iter()
-            .map(|r| r.destination.to_string())
+            .map(|r| (r.destination.to_string(), r.ordering))
             .collect()
     }
 }
@@ -228,6 +256,7 @@ pub(crate) fn pending_job(job: &NewJob, now: chrono::DateTime<Utc>) -> StoredJob
         created_at: now,
         updated_at: now,
         discarded_at: None,
+        ordering_key: job.ordering.as_ref().map(|o| o.key.clone()),
     }
 }
 
@@ -259,14 +288,7 @@ pub async fn replay_event(
         };
         let destinations = replay_destinations(state, &event, req.destinations)?;
         let now = Utc::now();
-        let jobs: Vec<NewJob> = destinations
-            .into_iter()
-            .map(|destination| NewJob {
-                id: JobId::generate(),
-                event_id: event.id,
-                destination,
-            })
-            .collect();
+        let jobs = replay_jobs(state, &event, destinations);
         let reply = Reply::json(
             202,
             &JobsReply {

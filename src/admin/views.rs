@@ -78,6 +78,10 @@ pub struct JobView {
     pub updated_at: DateTime<Utc>,
     /// Set when the dead letter was discarded.
     pub discarded_at: Option<DateTime<Utc>>,
+    /// The ordering key whose line the job is in (`ordering_key` on its route; a key longer
+    /// than 64 bytes as `sha256:` and its digest). Absent for an unordered job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
     /// Every attempt, oldest first (in event details and dead letters).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<Vec<AttemptView>>,
@@ -96,6 +100,7 @@ impl JobView {
             created_at: j.created_at,
             updated_at: j.updated_at,
             discarded_at: j.discarded_at,
+            ordering_key: j.ordering_key.clone(),
             history: history.map(|h| h.iter().map(AttemptView::from).collect()),
         }
     }

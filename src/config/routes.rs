@@ -9,7 +9,9 @@ use std::time::Duration;
 use super::destination::Destination;
 use super::settings::SourceSettings;
 use super::ConfigError;
-use crate::routing::{EventTypePattern, Filter, Route, RouteTable, MAX_ROUTE_DELAY};
+use crate::routing::{
+    EventTypePattern, Filter, KeyLocation, OrderingRule, Route, RouteTable, MAX_ROUTE_DELAY,
+};
 
 fn invalid(key: String, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -87,6 +89,21 @@ pub(super) fn route_table(
                 delay
             }
         };
+        let ordering = match (&r.ordering_key, &r.on_dead_letter) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(invalid(
+                    key("on_dead_letter"),
+                    "applies only to a route with `ordering_key`",
+                ))
+            }
+            (Some(location), on_dead_letter) => Some(OrderingRule {
+                location: KeyLocation::parse(location)
+                    .map_err(|e| invalid(key("ordering_key"), e))?,
+                hold: OrderingRule::parse_on_dead_letter(on_dead_letter.as_deref())
+                    .map_err(|e| invalid(key("on_dead_letter"), e))?,
+            }),
+        };
         let written = serde_json::json!([
             destination.as_str(),
             r.event_types,
@@ -102,6 +119,7 @@ pub(super) fn route_table(
             headers,
             delay,
             written,
+            ordering,
         });
     }
     Ok(RouteTable::new(routes))
@@ -206,6 +224,22 @@ match = { orderId = { "$startsWith" = "A" }, Total = { "$gte" = 10 } }
             (
                 "destination = \"billing\"\ndelay = \"soon\"",
                 "`sources[0].routes[0].delay` is \"soon\", not a duration",
+            ),
+            (
+                "destination = \"billing\"\nordering_key = \"customer\"",
+                "`sources[0].routes[0].ordering_key` is \"customer\"; expected",
+            ),
+            (
+                "destination = \"billing\"\nordering_key = \"json:customer\"",
+                "`sources[0].routes[0].ordering_key` is \"json:customer\": a JSON pointer",
+            ),
+            (
+                "destination = \"billing\"\nordering_key = \"json:/c\"\non_dead_letter = \"drop\"",
+                "`sources[0].routes[0].on_dead_letter` is \"drop\"; expected \"hold\" or \"skip\"",
+            ),
+            (
+                "destination = \"billing\"\non_dead_letter = \"skip\"",
+                "`sources[0].routes[0].on_dead_letter` applies only to a route with `ordering_key`",
             ),
         ];
         for (route, expected) in cases {

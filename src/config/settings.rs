@@ -419,6 +419,13 @@ pub struct RouteSettings {
     pub match_headers: Option<serde_json::Value>,
     /// The job is due no earlier than this after receipt (`"10m"`).
     pub delay: Option<String>,
+    /// Where the event's ordering key is read (`"json:/data/object/customer"`,
+    /// `"header:X-Shopify-Shop-Domain"`): this destination's jobs sharing a key are
+    /// delivered one at a time, in ingest order.
+    pub ordering_key: Option<String>,
+    /// With `ordering_key`: `"hold"` (default) keeps a key blocked behind its dead letter
+    /// until it is retried or discarded; `"skip"` lets the next job go.
+    pub on_dead_letter: Option<String>,
 }
 
 fn default_tenant() -> String {

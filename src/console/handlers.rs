@@ -14,14 +14,13 @@ use super::session::{random_token, SessionId, LOGIN_CSRF_COOKIE, SESSION_COOKIE,
 use crate::admin::dead_letters::{
     dead_letter_page, job_in_tenant, not_a_dead_letter, retry_matching,
 };
-use crate::admin::events::{event_detail, event_in_tenant, replay_destinations};
+use crate::admin::events::{event_detail, event_in_tenant, replay_destinations, replay_jobs};
 use crate::admin::views::EventSummaryView;
 use crate::admin::{authenticate, cursor, AdminError, Tenant};
-use crate::domain::JobId;
 use crate::http::auth_failures::{retry_after_seconds, Client};
 use crate::http::AppState;
 use crate::store::EventStatus;
-use crate::store::{DeadLetterFilter, EventFilter, NewJob, PageCursor};
+use crate::store::{DeadLetterFilter, EventFilter, PageCursor};
 
 type Form = web::Form<HashMap<String, String>>;
 type Query = web::Query<HashMap<String, String>>;
@@ -266,14 +265,8 @@ pub async fn replay(
     };
     let result: Result<(), AdminError> = async {
         let event = event_in_tenant(&state, &Tenant(s.tenant.clone()), &path).await?;
-        let jobs: Vec<NewJob> = replay_destinations(&state, &event, None)?
-            .into_iter()
-            .map(|destination| NewJob {
-                id: JobId::generate(),
-                event_id: event.id,
-                destination,
-            })
-            .collect();
+        let destinations = replay_destinations(&state, &event, None)?;
+        let jobs = replay_jobs(&state, &event, destinations);
         state.store.create_jobs(&jobs, Utc::now(), None).await?;
         Ok(())
     }

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use crate::config::Source;
 use crate::domain::{EventId, Name, ProviderEventId};
 use crate::queue::{Handoff, Reservation};
+use crate::routing::JobOrdering;
 use crate::store::{
     ClaimedJob, GroupCommit, InsertOutcome, NewEvent, Pacing, PreClaim, Store, StoreError,
 };
@@ -30,6 +31,8 @@ pub struct PendingEvent {
     /// The destinations routing chose, and each job's delay.
     pub destinations: Vec<Name>,
     pub delays: Vec<std::time::Duration>,
+    /// Either empty, or each job's ordering key (`NewEvent::orderings`).
+    pub orderings: Vec<Option<JobOrdering>>,
 }
 
 impl PendingEvent {
@@ -49,6 +52,7 @@ impl PendingEvent {
             destinations: &self.destinations,
             delays: &self.delays,
             claims,
+            orderings: &self.orderings,
             route_digest: Some(self.source.routes.digest()),
         }
     }
@@ -152,12 +156,15 @@ async fn write_batch(
         .iter()
         .map(|e| match handoff {
             // A delayed job is not due: it waits in the queue, not for this process's workers.
+            // A keyed job goes through the claim, which alone knows whether a job of its key
+            // is still ahead of it.
             Some(h) => e
                 .destinations
                 .iter()
                 .enumerate()
-                .map(|(i, d)| match e.delays.get(i) {
-                    Some(delay) if !delay.is_zero() => None,
+                .map(|(i, d)| match (e.delays.get(i), e.orderings.get(i)) {
+                    (Some(delay), _) if !delay.is_zero() => None,
+                    (_, Some(Some(_))) => None,
                     _ => h.reserve(d.as_str(), now),
                 })
                 .collect(),

@@ -80,6 +80,11 @@ pub async fn ingest(
     } else {
         routed.iter().map(|r| r.delay).collect()
     };
+    let orderings = if routed.iter().all(|r| r.ordering.is_none()) {
+        Vec::new()
+    } else {
+        routed.iter().map(|r| r.ordering.clone()).collect()
+    };
     let pending = PendingEvent {
         id: EventId::generate(),
         source: source.clone(),
@@ -93,6 +98,7 @@ pub async fn ingest(
         verified_secret_index: i32::try_from(event.secret_index()).unwrap_or(i32::MAX),
         destinations: routed.into_iter().map(|r| r.destination).collect(),
         delays,
+        orderings,
     };
     let outcome = match batcher.submit(pending).await? {
         InsertOutcome::Created(id) => IngestOutcome::Accepted(id),

@@ -7,6 +7,7 @@ mod compile;
 mod eval;
 mod filter;
 mod glob;
+mod ordering;
 mod route;
 
 #[cfg(test)]
@@ -16,4 +17,5 @@ mod tests;
 
 pub use filter::{Filter, FilterError, MAX_FILTER_DEPTH, MAX_FILTER_NODES};
 pub use glob::EventTypePattern;
+pub use ordering::{bounded_key, JobOrdering, KeyLocation, OrderingRule, MAX_STORED_KEY};
 pub use route::{EventFacts, Route, RouteTable, Routed, MAX_ROUTE_DELAY};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+use super::ordering::{JobOrdering, OrderingRule};
 use super::{EventTypePattern, Filter};
 use crate::domain::Name;
 use crate::store::StoredEvent;
@@ -28,8 +29,12 @@ pub struct Route {
     pub headers: Option<Filter>,
     /// The job is due no earlier than this after the event was received.
     pub delay: Duration,
-    /// The conditions as configured, for [`RouteTable::digest`].
+    /// The conditions as configured, for [`RouteTable::digest`]. The ordering is not among
+    /// them: it does not change which destinations an event goes to.
     pub written: String,
+    /// `ordering_key` and `on_dead_letter`: jobs sharing a key go out one at a time, in
+    /// ingest order.
+    pub ordering: Option<OrderingRule>,
 }
 
 impl Route {
@@ -43,6 +48,7 @@ impl Route {
             headers: None,
             delay: Duration::ZERO,
             written,
+            ordering: None,
         }
     }
 
@@ -144,6 +150,8 @@ impl Document {
 pub struct Routed {
     pub destination: Name,
     pub delay: Duration,
+    /// The job's ordering key, when its route names one and the event has it.
+    pub ordering: Option<JobOrdering>,
 }
 
 /// A source's routes, in configuration order.
@@ -215,12 +223,65 @@ impl RouteTable {
                 continue;
             }
             if route.matches(event, &mut document) {
+                let ordering = route
+                    .ordering
+                    .as_ref()
+                    .and_then(|o| o.key_of(event.headers, || document.get(event)));
                 selected.push(Routed {
                     destination: route.destination.clone(),
                     delay: route.delay,
+                    ordering,
                 });
             }
         }
         selected
+    }
+
+    /// The ordering of a job that replays `event` to `destination`: that of the route that
+    /// chooses the destination for the event today, or else of the first route to it that
+    /// names an ordering key, so a replay named by hand joins its key's line too.
+    pub fn ordering_for_stored(
+        &self,
+        event: &StoredEvent,
+        destination: &str,
+    ) -> Option<JobOrdering> {
+        if let Some(r) = self
+            .select_stored(event)
+            .into_iter()
+            .find(|r| r.destination.as_str() == destination)
+        {
+            return r.ordering;
+        }
+        let rule = self
+            .routes
+            .iter()
+            .filter(|r| r.destination.as_str() == destination)
+            .find_map(|r| r.ordering.as_ref())?;
+        let headers: Vec<(&str, &str)> = event
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let facts = EventFacts {
+            event_type: event.event_type.as_deref(),
+            content_type: event.content_type.as_deref(),
+            headers: &headers,
+            body: &event.body,
+        };
+        let mut document = Document::Unread;
+        rule.key_of(&headers, || document.get(&facts))
+    }
+
+    /// Whether some route names an ordering key (its jobs' keys depend on each event).
+    pub fn is_ordered(&self) -> bool {
+        self.routes.iter().any(|r| r.ordering.is_some())
+    }
+
+    /// The destinations some route of this table orders.
+    pub fn ordered_destinations(&self) -> impl Iterator<Item = &Name> + '_ {
+        self.routes
+            .iter()
+            .filter(|r| r.ordering.is_some())
+            .map(|r| &r.destination)
     }
 }

@@ -37,12 +37,15 @@ macro_rules! insert_job {
     ($tx:ident, $job:expr, $now:expr) => {
         sqlx::query(
             "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-             created_at, updated_at) VALUES ($1, $2, $3, 'pending', 0, $4, $4, $4)",
+             created_at, updated_at, ordering_key, ordering_hold) \
+             VALUES ($1, $2, $3, 'pending', 0, $4, $4, $4, $5, $6)",
         )
         .bind(Id::from($job.id))
         .bind(Id::from($job.event_id))
         .bind(&$job.destination)
         .bind(At($now))
+        .bind($job.ordering.as_ref().map(|o| o.key.as_str()))
+        .bind($job.ordering.as_ref().is_some_and(|o| o.hold))
         .execute(&mut *$tx)
         .await?
     };
@@ -140,7 +143,7 @@ impl Store {
             let events: Vec<EventSummary> = rows.into_iter().map(EventSummary::from).collect();
             for event in &events {
                 let destinations = match routes.fixed(&event.source) {
-                    Some(fixed) => fixed,
+                    Some(fixed) => fixed.into_iter().map(|d| (d, None)).collect(),
                     None => {
                         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
                         let row: Option<EventRow> = sqlx::query_as(&sql)
@@ -148,16 +151,17 @@ impl Store {
                             .fetch_optional(&mut *tx)
                             .await?;
                         match row {
-                            Some(row) => routes.route(&StoredEvent::try_from(row)?),
+                            Some(row) => routes.route_ordered(&StoredEvent::try_from(row)?),
                             None => Vec::new(),
                         }
                     }
                 };
-                for destination in destinations {
+                for (destination, ordering) in destinations {
                     let job = NewJob {
                         id: JobId::generate(),
                         event_id: event.id,
                         destination,
+                        ordering,
                     };
                     insert_job!(tx, job, now);
                 }

@@ -113,6 +113,8 @@ pub struct NewJob {
     pub id: JobId,
     pub event_id: EventId,
     pub destination: String,
+    /// Its key's line, which it joins at the end.
+    pub ordering: Option<crate::routing::JobOrdering>,
 }
 
 /// A response to save with Idempotency-Key, in the same transaction as the state change.
@@ -159,6 +161,13 @@ pub trait ReplayRouting: Sync {
     fn fixed(&self, source: &str) -> Option<Vec<String>>;
     /// The destinations of `event`.
     fn route(&self, event: &super::StoredEvent) -> Vec<String>;
+    /// The destinations of `event`, each with the ordering key its job takes.
+    fn route_ordered(
+        &self,
+        event: &super::StoredEvent,
+    ) -> Vec<(String, Option<crate::routing::JobOrdering>)> {
+        self.route(event).into_iter().map(|d| (d, None)).collect()
+    }
 }
 
 /// A fixed list of destinations per source name.

@@ -25,8 +25,8 @@ const SCAN: &str = "\
 /// job for that destination already or was purged meanwhile.
 const CREATE: &str = "\
     INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-        created_at, updated_at) \
-    SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4 FROM events e \
+        created_at, updated_at, ordering_key, ordering_hold) \
+    SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4, $6, $7 FROM events e \
     WHERE e.id = $2 AND e.purged_at IS NULL AND NOT EXISTS ( \
         SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $3)";
 
@@ -45,6 +45,8 @@ pub struct MissingJob {
     pub event: EventId,
     pub destination: String,
     pub due: DateTime<Utc>,
+    /// Its key's line, which it joins at the end.
+    pub ordering: Option<crate::routing::JobOrdering>,
 }
 
 impl Store {
@@ -115,6 +117,8 @@ impl Store {
                     .bind(job.destination.as_str())
                     .bind(At(now))
                     .bind(At(job.due.max(now)))
+                    .bind(job.ordering.as_ref().map(|o| o.key.as_str()))
+                    .bind(job.ordering.as_ref().is_some_and(|o| o.hold))
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();

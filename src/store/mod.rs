@@ -32,6 +32,20 @@ macro_rules! dispatch_listing {
     };
 }
 
+/// The claim's ordering rule, for a pending job `j` of destination `$1`: unordered, or no
+/// job of its key is ahead of it (earlier in the line, and pending, in progress, or a dead
+/// letter that holds the line). The second test is written as `jobs_ordering_ahead_idx`'s
+/// predicate, so it is one probe of that small index; an unordered job never reaches it.
+macro_rules! nothing_ahead_sql {
+    () => {
+        "(j.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs a \
+            WHERE a.destination = j.destination AND a.ordering_key = j.ordering_key \
+            AND a.ordering_seq < j.ordering_seq AND a.ordering_key IS NOT NULL \
+            AND (a.status IN ('pending', 'in_progress') \
+                OR (a.status = 'failed' AND a.ordering_hold AND a.discarded_at IS NULL))))"
+    };
+}
+
 /// Runs `$body` in a write transaction on whichever backend is in use and commits it; the
 /// body's value is the result. PostgreSQL begins on the durable pool; SQLite begins
 /// IMMEDIATE on a connection holding this process's write turn, so the transaction never
@@ -112,7 +126,7 @@ pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
     ArrivalCursor, AttemptOutcome, AttemptRecord, ClaimedJob, ExpiredLease, InsertOutcome,
-    JobOutcome, JobUpdate, NewEvent, PreClaim, StoredAttempt, StoredEvent, StoredJob,
+    JobOutcome, JobUpdate, NewEvent, NewEventJob, PreClaim, StoredAttempt, StoredEvent, StoredJob,
 };
 pub use undelivered::{Undelivered, UndeliveredFilter, UndeliveredReason};
 

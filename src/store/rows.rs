@@ -15,7 +15,7 @@ pub(super) const EVENT_COLUMNS: &str = "id, tenant, source, provider_event_id, e
 
 /// `jobs` columns for `JobRow`, from a table aliased `j`.
 pub(super) const JOB_COLUMNS: &str = "j.id, j.event_id, j.destination, j.status, j.attempts, \
-    j.next_attempt_at, j.locked_until, j.last_error, j.created_at, j.updated_at, j.discarded_at";
+    j.next_attempt_at, j.locked_until, j.last_error, j.created_at, j.updated_at, j.discarded_at, j.ordering_key";
 
 /// `events` columns for `SummaryRow`, from a table aliased `e`, prefixed so that they can be
 /// read alongside a job's.
@@ -72,6 +72,7 @@ pub(super) struct JobRow {
     created_at: At,
     updated_at: At,
     discarded_at: Option<At>,
+    ordering_key: Option<String>,
 }
 
 impl TryFrom<JobRow> for StoredJob {
@@ -91,6 +92,7 @@ impl TryFrom<JobRow> for StoredJob {
             created_at: r.created_at.0,
             updated_at: r.updated_at.0,
             discarded_at: r.discarded_at.map(|t| t.0),
+            ordering_key: r.ordering_key,
         })
     }
 }

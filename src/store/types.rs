@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 use crate::domain::{EventId, JobId, Name, ProviderEventId};
 use crate::queue::JobStatus;
+use crate::routing::JobOrdering;
 
 /// A verified event ready to be written, with the jobs it fans out to.
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub struct NewEvent<'a> {
     /// Either empty, or one entry per destination: the jobs this process's own workers take
     /// as they are created (see `queue::Handoff`).
     pub claims: &'a [Option<PreClaim>],
+    /// Either empty (every job is unordered), or one entry per destination: the job's
+    /// ordering key, when its route names one and the event has it.
+    pub orderings: &'a [Option<JobOrdering>],
     /// The digest of the source's routes that chose `destinations` (`RouteTable::digest`);
     /// none for an event stored without routing.
     pub route_digest: Option<i64>,
@@ -46,12 +50,11 @@ pub struct PreClaim {
 }
 
 impl NewEvent<'_> {
-    /// Each job's id, destination, due time and pre-claim, one per destination.
-    pub fn jobs(
-        &self,
-    ) -> impl Iterator<Item = (JobId, &Name, DateTime<Utc>, Option<&PreClaim>)> + '_ {
+    /// Each job's id, destination, due time, pre-claim and ordering, one per destination.
+    pub fn jobs(&self) -> impl Iterator<Item = NewEventJob<'_>> + '_ {
         self.destinations.iter().enumerate().map(|(i, d)| {
             let claim = self.claims.get(i).and_then(Option::as_ref);
+            let ordering = self.orderings.get(i).and_then(Option::as_ref);
             let due = match self.delays.get(i) {
                 Some(delay) if !delay.is_zero() => chrono::Duration::from_std(*delay)
                     .ok()
@@ -60,9 +63,25 @@ impl NewEvent<'_> {
                 _ => self.received_at,
             };
             let id = claim.map_or_else(JobId::generate, |c| c.job_id);
-            (id, d, due, claim)
+            NewEventJob {
+                id,
+                destination: d,
+                due,
+                claim,
+                ordering,
+            }
         })
     }
+}
+
+/// One job of a [`NewEvent`].
+#[derive(Debug, Clone, Copy)]
+pub struct NewEventJob<'a> {
+    pub id: JobId,
+    pub destination: &'a Name,
+    pub due: DateTime<Utc>,
+    pub claim: Option<&'a PreClaim>,
+    pub ordering: Option<&'a JobOrdering>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +120,8 @@ pub struct StoredJob {
     pub updated_at: DateTime<Utc>,
     /// Set when an operator discarded this dead letter: it stays `failed`, out of the list.
     pub discarded_at: Option<DateTime<Utc>>,
+    /// The key whose line the job is in (as stored: long keys by digest); none: unordered.
+    pub ordering_key: Option<String>,
 }
 
 /// A job a worker has claimed, with what it needs to deliver it. `claim_token` fences every

@@ -24,6 +24,11 @@ pub(super) struct Context {
     pub deliverer: Deliverer,
     pub crash: CrashPoints,
     pub metrics: Arc<Metrics>,
+    /// Destinations with ordered jobs, and the claim loop's wake-up once an outcome of one
+    /// of theirs is written: the next job of the key may be claimable now, and no new job
+    /// (no NOTIFY) may come to say so.
+    pub ordered: Arc<std::collections::BTreeSet<String>>,
+    pub line_moved: Arc<tokio::sync::Notify>,
 }
 
 /// A delivery's concurrency permits (the process's and its destination's). Dropping them
@@ -140,7 +145,11 @@ impl Context {
             error,
             outcome,
         );
-        self.finish(&job, update, record).await
+        let finished = self.finish(&job, update, record).await;
+        if self.ordered.contains(&job.destination) {
+            self.line_moved.notify_one();
+        }
+        finished
     }
 
     /// Counts the attempt toward the destination's circuit breaker. A failure to record it

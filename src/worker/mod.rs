@@ -46,6 +46,8 @@ pub struct Worker {
     /// Jobs claimed and not yet finished, to hand back on shutdown.
     in_flight: Arc<Mutex<HashMap<JobId, (Uuid, i32)>>>,
     finished: Arc<Notify>,
+    /// An outcome of a destination with ordered jobs was written (`deliver::Context`).
+    line_moved: Arc<Notify>,
     /// What every delivery task shares, including the writer through which outcomes of
     /// concurrent deliveries share transactions; built on first use, inside the runtime.
     deliveries: OnceLock<Arc<deliver::Context>>,
@@ -94,6 +96,7 @@ impl Worker {
             lease,
             in_flight: Arc::default(),
             finished: Arc::default(),
+            line_moved: Arc::default(),
             deliveries: OnceLock::new(),
             crash: CrashPoints::default(),
             metrics: Arc::default(),
@@ -205,6 +208,7 @@ impl Worker {
                         tokio::select! {
                             _ = waker.wait(self.config.worker.poll_interval) => {}
                             _ = freed => {}
+                            _ = self.line_moved.notified() => {}
                             _ = token => {}
                             _ = shutdown.changed() => {}
                         }
@@ -376,6 +380,13 @@ impl Worker {
                     deliverer: self.deliverer.clone(),
                     crash: self.crash.clone(),
                     metrics: self.metrics.clone(),
+                    ordered: Arc::new(
+                        (self.config.sources.values())
+                            .flat_map(|s| s.routes.ordered_destinations())
+                            .map(|d| d.to_string())
+                            .collect(),
+                    ),
+                    line_moved: self.line_moved.clone(),
                 })
             })
             .clone();

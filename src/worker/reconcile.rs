@@ -230,6 +230,7 @@ impl Reconciler {
                             event: event.id,
                             destination: routed.destination.to_string(),
                             due: event.received_at + delay,
+                            ordering: routed.ordering,
                         });
                     }
                 }

@@ -215,6 +215,7 @@ async fn committed_but_unanswered_event_is_a_duplicate_on_retry(backend: Backend
             content_type: Some("application/json"),
             destinations: &destinations,
             claims: &[],
+            orderings: &[],
             ..crate::support::new_event(&tenant, &source, &provider_event_id, payload.as_bytes())
         })
         .await

@@ -265,6 +265,7 @@ async fn closing_the_store_does_not_wait_for_held_connections(backend: Backend) 
     let event = hookgate::store::NewEvent {
         destinations: &destinations,
         claims: &[],
+        orderings: &[],
         ..crate::support::new_event(&tenant, &source, &id, b"{}")
     };
     store.insert_events(&[event]).await.unwrap();

@@ -39,6 +39,7 @@ async fn two_pools_deliver_a_thousand_jobs_exactly_once(backend: Backend) {
                 verified_scheme: "github",
                 destinations: &audit,
                 claims: &[],
+                orderings: &[],
                 ..crate::support::new_event(
                     &tenant,
                     &source,

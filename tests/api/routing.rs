@@ -29,6 +29,8 @@ fn route(destination: &str) -> RouteSettings {
         body: None,
         match_headers: None,
         delay: None,
+        ordering_key: None,
+        on_dead_letter: None,
     }
 }
 

@@ -356,6 +356,7 @@ async fn admin_lists_replays_retries_and_discards(backend: Backend) {
         id: JobId::generate(),
         event_id: older,
         destination: "audit".into(),
+        ordering: None,
     };
     let save = SavedResponse {
         tenant: "acme",
@@ -575,6 +576,7 @@ async fn retention_and_missing_jobs(backend: Backend) {
             event,
             destination: "billing".into(),
             due: now,
+            ordering: None,
         })
         .collect();
     let created = store.create_missing_jobs(&stale, digest, &jobs, now).await;

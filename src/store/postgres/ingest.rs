@@ -32,13 +32,14 @@ macro_rules! insert_batch_sql {
             " RETURNING id \
     ), queued AS ( \
         INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-            locked_until, claim_token, created_at, updated_at) \
+            locked_until, claim_token, created_at, updated_at, ordering_key, ordering_hold) \
         SELECT j.id, j.event_id, j.destination, \
             CASE WHEN j.token IS NULL THEN 'pending' ELSE 'in_progress' END, \
-            CASE WHEN j.token IS NULL THEN 0 ELSE 1 END, j.due, j.lease, j.token, j.t, j.t \
+            CASE WHEN j.token IS NULL THEN 0 ELSE 1 END, j.due, j.lease, j.token, j.t, j.t, \
+            j.okey, j.ohold \
         FROM UNNEST($12::uuid[], $13::uuid[], $14::text[], $15::timestamptz[], \
-            $16::uuid[], $17::timestamptz[], $19::timestamptz[]) \
-            AS j(id, event_id, destination, t, token, lease, due) \
+            $16::uuid[], $17::timestamptz[], $19::timestamptz[], $20::text[], $21::bool[]) \
+            AS j(id, event_id, destination, t, token, lease, due, okey, ohold) \
         WHERE j.event_id IN (SELECT id FROM created) \
         RETURNING claim_token IS NULL AS queued \
     ) \
@@ -191,6 +192,8 @@ struct BatchArrays<'a> {
     job_tokens: Vec<Option<Uuid>>,
     job_leases: Vec<Option<chrono::DateTime<chrono::Utc>>>,
     job_due: Vec<chrono::DateTime<chrono::Utc>>,
+    job_keys: Vec<Option<&'a str>>,
+    job_holds: Vec<bool>,
     route_digests: Vec<Option<i64>>,
 }
 
@@ -210,14 +213,16 @@ impl<'a> BatchArrays<'a> {
             a.schemes.push(e.verified_scheme);
             a.secret_indexes.push(e.verified_secret_index);
             a.route_digests.push(e.route_digest);
-            for (job, destination, due, claim) in e.jobs() {
-                a.job_ids.push(job.as_uuid());
+            for job in e.jobs() {
+                a.job_ids.push(job.id.as_uuid());
                 a.job_events.push(e.id.as_uuid());
-                a.job_destinations.push(destination.as_str());
+                a.job_destinations.push(job.destination.as_str());
                 a.job_times.push(e.received_at);
-                a.job_tokens.push(claim.map(|c| c.token));
-                a.job_leases.push(claim.map(|c| c.locked_until));
-                a.job_due.push(due);
+                a.job_tokens.push(job.claim.map(|c| c.token));
+                a.job_leases.push(job.claim.map(|c| c.locked_until));
+                a.job_due.push(job.due);
+                a.job_keys.push(job.ordering.map(|o| o.key.as_str()));
+                a.job_holds.push(job.ordering.is_some_and(|o| o.hold));
             }
         }
         a
@@ -258,6 +263,8 @@ async fn insert_batch(
         .bind(&a.job_leases)
         .bind(&a.route_digests)
         .bind(&a.job_due)
+        .bind(&a.job_keys)
+        .bind(&a.job_holds)
         .fetch_all(conn)
         .await?;
     Ok(Created {

@@ -40,14 +40,23 @@ const FINISH_JOBS_SQL: &str = "\
     ) \
     SELECT id FROM applied";
 
-/// Claims up to `$3` due jobs of one destination (see `claim_jobs`).
-const CLAIM_JOBS_SQL: &str = "\
+/// Claims up to `$3` due jobs of one destination (see `claim_jobs`). A keyed job is due
+/// only at the head of its key's line (`nothing_ahead_sql`). Under READ COMMITTED the test
+/// reads the statement's snapshot, which is safe: what blocks a job only ever stops
+/// blocking by a committed change (a delivery's success, a discard), so a snapshot may
+/// show a job blocked that is already free (the next claim takes it) but never free while
+/// a job ahead of it is still in flight. Two claimers that both see the head free contend
+/// for that one row: the loser skips it, or finds it no longer pending once it commits.
+const CLAIM_JOBS_SQL: &str = concat!(
+    "\
     WITH due AS ( \
-        SELECT id FROM jobs \
+        SELECT id FROM jobs j \
         WHERE status = 'pending' AND destination = $1 AND next_attempt_at <= $2 \
             AND NOT EXISTS (SELECT 1 FROM destination_states s \
-                WHERE s.destination = $1 AND s.paused_at IS NOT NULL) \
-        ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED \
+                WHERE s.destination = $1 AND s.paused_at IS NOT NULL) AND ",
+    nothing_ahead_sql!(),
+    " \
+        ORDER BY next_attempt_at LIMIT $3 FOR UPDATE OF j SKIP LOCKED \
      ), claimed AS ( \
         UPDATE jobs j SET status = 'in_progress', attempts = j.attempts + 1, \
             locked_until = $4, claim_token = $5, updated_at = $2 \
@@ -56,7 +65,8 @@ const CLAIM_JOBS_SQL: &str = "\
      ) \
      SELECT c.id, c.claim_token, c.attempts, c.destination, c.event_id, e.source, \
         e.event_type, e.provider_event_id, e.content_type, e.body \
-     FROM claimed c JOIN events e ON e.id = c.event_id";
+     FROM claimed c JOIN events e ON e.id = c.event_id"
+);
 
 impl PgStore {
     pub async fn claim_jobs(

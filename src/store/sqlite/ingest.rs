@@ -18,7 +18,7 @@ use crate::store::{InsertOutcome, NewEvent, StoreError};
 /// a handful of shapes instead of one per batch size.
 const MAX_ROWS: usize = 64;
 const EVENT_PARAMS: usize = 12;
-const JOB_PARAMS: usize = 7;
+const JOB_PARAMS: usize = 9;
 // SQLite's default limit on a statement's parameters.
 const _: () = assert!(EVENT_PARAMS * MAX_ROWS < 32_766 && JOB_PARAMS * MAX_ROWS < 32_766);
 
@@ -57,11 +57,12 @@ fn jobs_statement(rows: usize) -> &'static str {
         rows,
         &CACHE,
         "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-         locked_until, claim_token, created_at, updated_at) SELECT column1, column2, column3, \
+         locked_until, claim_token, created_at, updated_at, ordering_key, ordering_hold) \
+         SELECT column1, column2, column3, \
          CASE WHEN column5 IS NULL THEN 'pending' ELSE 'in_progress' END, \
          CASE WHEN column5 IS NULL THEN 0 ELSE 1 END, column7, column6, column5, column4, \
-         column4 FROM (VALUES {values})",
-        "(?, ?, ?, ?, ?, ?, ?)",
+         column4, column8, column9 FROM (VALUES {values})",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
 }
 
@@ -128,15 +129,17 @@ pub(super) async fn insert_batch(
     let mut jobs = Vec::new();
     for (e, id) in events.iter().zip(&ids) {
         if created.contains(id) {
-            for (job, destination, due, claim) in e.jobs() {
+            for job in e.jobs() {
                 jobs.push(JobRow {
-                    id: job.to_string(),
+                    id: job.id.to_string(),
                     event_id: id.as_str(),
-                    destination: destination.as_str(),
+                    destination: job.destination.as_str(),
                     at: millis(e.received_at),
-                    due: millis(due),
-                    token: claim.map(|c| c.token.to_string()),
-                    locked_until: claim.map(|c| millis(c.locked_until)),
+                    due: millis(job.due),
+                    token: job.claim.map(|c| c.token.to_string()),
+                    locked_until: job.claim.map(|c| millis(c.locked_until)),
+                    key: job.ordering.map(|o| o.key.as_str()),
+                    hold: job.ordering.is_some_and(|o| o.hold),
                 });
             }
         }
@@ -152,7 +155,9 @@ pub(super) async fn insert_batch(
                 .bind(job.at)
                 .bind(job.token.as_deref())
                 .bind(job.locked_until)
-                .bind(job.due);
+                .bind(job.due)
+                .bind(job.key)
+                .bind(job.hold);
         }
         query.execute(&mut **tx).await?;
         start += size;
@@ -190,6 +195,8 @@ struct JobRow<'a> {
     due: i64,
     token: Option<String>,
     locked_until: Option<i64>,
+    key: Option<&'a str>,
+    hold: bool,
 }
 
 #[cfg(test)]

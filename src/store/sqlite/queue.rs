@@ -12,15 +12,21 @@ use crate::store::codec::{At, Id};
 use crate::store::{AttemptOutcome, ClaimedJob, JobOutcome, StoreError};
 
 /// Picks and claims in one statement: with the write lock held, no other claimer can see
-/// these rows as pending in between.
-const CLAIM: &str = "\
+/// these rows as pending in between. The pick reads the jobs as they were before the
+/// update, so two jobs of one key are never picked together: the later one has the earlier
+/// one pending ahead of it.
+const CLAIM: &str = concat!(
+    "\
     UPDATE jobs SET status = 'in_progress', attempts = attempts + 1, \
         locked_until = $1, claim_token = $2, updated_at = $3 \
-    WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND destination = $4 \
+    WHERE id IN (SELECT id FROM jobs j WHERE status = 'pending' AND destination = $4 \
         AND next_attempt_at <= $3 AND NOT EXISTS (SELECT 1 FROM destination_states s \
-            WHERE s.destination = $4 AND s.paused_at IS NOT NULL) \
+            WHERE s.destination = $4 AND s.paused_at IS NOT NULL) AND ",
+    nothing_ahead_sql!(),
+    " \
         ORDER BY next_attempt_at LIMIT $5) \
-    RETURNING id";
+    RETURNING id"
+);
 
 /// What a worker needs to deliver a claimed job.
 const CLAIMED: &str = "\

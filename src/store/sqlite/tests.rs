@@ -339,6 +339,7 @@ async fn the_wal_restart_and_ingest_take_turns_instead_of_waiting_on_sqlites_loc
             delays: &[],
             route_digest: None,
             claims: &[],
+            orderings: &[],
         };
         writer.insert_events(&[event]).await
     });

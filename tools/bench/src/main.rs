@@ -297,7 +297,7 @@ async fn run(
         finish(&mut results, clock, &json, None)?;
     }
     if wanted("delivery") {
-        section("delivery: draining a backlog to the sink, clean and 1 in 10 failing");
+        section("delivery: draining a backlog to the sink, clean, 1 in 10 failing, and in per-key order");
         let out = delivery::run(&ctx).await;
         record(&mut results, "delivery", &stamp, out, |r, v| {
             r.delivery = Some(v)

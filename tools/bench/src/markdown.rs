@@ -295,6 +295,16 @@ pub fn render(r: &Results) -> String {
             rate(d.failing.jobs_per_s),
             d.ratio_failing_to_clean
         );
+        if let Some(o) = &d.ordered {
+            let _ = writeln!(
+                s,
+                "| Ordered delivery, {} keys, beside the clean run above | ≥ 0.5× unordered | {} deliveries/s | {:.2}× | {} |",
+                count(o.ordering_keys),
+                rate(o.jobs_per_s),
+                d.ratio_ordered_to_clean,
+                met(d.ratio_ordered_to_clean >= 0.5)
+            );
+        }
     }
     if let Some(g) = &r.signatures {
         for i in &g.ingest {

@@ -106,7 +106,7 @@ name = "{source}"
 provider = "stripe"
 secrets = ["{secret}"]
 destinations = ["sink", "bus"]
-{once}
+{ordered_route}{once}
 [[destinations]]
 name = "sink"
 url = "{sink}"
@@ -124,10 +124,20 @@ stream = "{stream}"
 retry_schedule = [{schedule}]
 timeout = "{timeout}s"
 max_in_flight = 16
+
+[[destinations]]
+name = "ordered"
+url = "{sink}{ordered_suffix}"
+signing_secret = "{dest_secret}"
+retry_schedule = [{schedule}]
+timeout = "{timeout}s"
+max_in_flight = 16
 "#,
         broker = p.broker_url,
         subject_prefix = crate::broker::SUBJECT_PREFIX,
         stream = crate::broker::STREAM,
+        ordered_route = crate::ordered::config_route(),
+        ordered_suffix = crate::ordered::PATH_SUFFIX,
         port = p.listen_port,
         db = p.db_url,
         source = p.source,
@@ -156,4 +166,30 @@ pub fn migrate(bin: &Path, config: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_process_has_the_ordered_destination_and_its_route() {
+        let text = render_config(&ConfigParams {
+            listen_port: 1,
+            db_url: "sqlite::memory:",
+            source: "stripe-lite",
+            once: None,
+            sink_url: "http://127.0.0.1:9/sqlite",
+            schedule: &retry_schedule(Duration::from_secs(60)),
+        });
+        if let Ok(path) = std::env::var("CHAOS_DUMP_CONFIG") {
+            std::fs::write(path, &text).unwrap();
+        }
+        // The route follows the main source's table, so it is that source's.
+        let source = text.find("name = \"stripe-lite\"").unwrap();
+        let route = text.find("destination = \"ordered\"").unwrap();
+        let first_destination = text.find("[[destinations]]").unwrap();
+        assert!(source < route && route < first_destination, "{text}");
+        assert!(text.contains("url = \"http://127.0.0.1:9/sqlite/ordered\""));
+    }
 }

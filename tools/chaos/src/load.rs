@@ -292,6 +292,34 @@ impl Load {
         self.stop.store(true, Ordering::SeqCst);
     }
 
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// One event whose sender waits for it before sending the next (the ordered keys):
+    /// recorded like any other, one chain of attempts, never resent. Whether it was
+    /// answered 2xx.
+    pub async fn send_in_turn(&self, id: String, target: Target, body: Bytes, seed: u64) -> bool {
+        self.records.lock().unwrap().insert(
+            id.clone(),
+            EventRecord {
+                target,
+                copies: Copies::Once,
+                body: body.clone(),
+                attempts: Vec::new(),
+                gave_up: 0,
+            },
+        );
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.copy(&id, target, &body, seed).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let records = self.records.lock().unwrap();
+        records[&id]
+            .attempts
+            .iter()
+            .any(|a| matches!(a.outcome, Outcome::Ok { .. }))
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }

@@ -11,6 +11,7 @@ mod config;
 mod drain;
 mod faults;
 mod load;
+mod ordered;
 mod procs;
 mod provider_api;
 mod recovery;
@@ -369,6 +370,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         t0,
     )?;
     let load_task = tokio::spawn(load.clone().run(seed));
+    let mut ordered_keys = ordered::spawn_keys(&load, load::Target::Pg, seed ^ 0x6f72_6470);
+    ordered_keys.extend(ordered::spawn_keys(
+        &load,
+        load::Target::Lite,
+        seed ^ 0x6f72_646c,
+    ));
     let faults = Faults::new(
         FaultOpts {
             kill_every: cli.kill_every,
@@ -406,6 +413,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     faults.stop();
     let _ = load_task.await;
+    for k in ordered_keys {
+        let _ = k.await;
+    }
     let load_secs = t_load.elapsed().as_secs_f64();
     let t_settle = Instant::now();
     let load_stopped_at = t0.elapsed().as_secs_f64();
@@ -459,7 +469,14 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     supervising.store(false, Ordering::SeqCst);
     let _ = supervisor.await;
     let records = load.records.lock().unwrap().clone();
-    let deliveries = sink.state.deliveries();
+    // The ordered destination's deliveries are its own checker's; the others see one
+    // destination per event, as before.
+    let (ordered_deliveries, deliveries): (Vec<_>, Vec<_>) = sink
+        .state
+        .deliveries()
+        .into_iter()
+        .partition(|d| d.path.ends_with(ordered::PATH_SUFFIX));
+    let ordered = ordered::check(&records, &ordered_deliveries, &postgres, &sqlite);
     let findings = check::check(&records, &deliveries, &postgres, &sqlite);
     let once = recovery::check_once(
         &records,
@@ -473,6 +490,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     let mut violations = findings.violations();
     violations.extend(once.violations());
     violations.extend(broker_findings.violations());
+    violations.extend(ordered.violations());
     let unexpected_exits = procs.unexpected_exits();
     if !unexpected_exits.is_empty() {
         warnings.push(format!(
@@ -507,6 +525,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         findings,
         once,
         broker: broker_findings,
+        ordered,
         spared: (
             faults.spared.load(Ordering::Relaxed),
             faults.spare_gave_up.load(Ordering::Relaxed),

@@ -33,6 +33,8 @@ pub struct Report {
     pub once: OnceFindings,
     /// The `bus` destination's JetStream stream against the stored events.
     pub broker: BrokerFindings,
+    /// The ordered destination: per-key order.
+    pub ordered: crate::ordered::OrderedFindings,
     /// Faults that waited for a reconciliation run to end; those that went ahead after the
     /// wait; whether faults could interrupt runs (`--interrupt-reconciliation`).
     pub spared: (u64, u64, bool),
@@ -164,6 +166,7 @@ impl Report {
             b.duplicated.len(),
             b.unexpected.len()
         );
+        let _ = writeln!(w, "            {}", self.ordered.line());
         if self.once.reconciled {
             let (spared, gave_up, interrupt) = self.spared;
             let _ = writeln!(
@@ -271,6 +274,11 @@ impl Report {
             w,
             "  non-retrying provider, never delivered {}",
             self.once.never_delivered.len()
+        );
+        let _ = writeln!(
+            w,
+            "  ordered destination, order violations  {}",
+            self.ordered.out_of_order.len() + self.ordered.missing.len()
         );
         let others = f.acked_not_stored.len()
             + f.inconsistent_ids.len()

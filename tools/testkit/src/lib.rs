@@ -480,6 +480,7 @@ pub fn new_event<'a>(
         delays: &[],
         route_digest: None,
         claims: &[],
+        orderings: &[],
     }
 }
 

@@ -1,6 +1,8 @@
 //! Delivery throughput: a worker-only gateway drains a backlog of pending jobs (bulk-seeded
 //! with SQL) to the sink; once with every delivery answered 200, once with one in ten first
-//! attempts answered 500 and retried (`retry_schedule = ["1ms"]`, so retries are due at once).
+//! attempts answered 500 and retried (`retry_schedule = ["1ms"]`, so retries are due at once),
+//! and once with the same backlog in per-key order over `ORDERED_KEYS` keys (each key's jobs
+//! one at a time, in ingest order), all answered 200, beside the clean unordered run.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -12,10 +14,16 @@ use crate::gateway::{self, Gateway, GwConfig, Role};
 use crate::pg::{self, Seed};
 use crate::sink::Sink;
 
+/// Keys of the ordered run: the jobs go round-robin over them, so each key's line is the
+/// backlog over this many.
+pub const ORDERED_KEYS: u64 = 1_000;
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DeliveryRun {
     pub jobs: u64,
+    /// Ordering keys the jobs are spread over (0: unordered).
+    pub ordering_keys: u64,
     /// One in this many first attempts fails (0: none).
     pub fail_one_in: u64,
     /// From the worker's start to the sink's last 200.
@@ -44,29 +52,63 @@ pub struct Delivery {
     pub failing: DeliveryRun,
     /// failing jobs/s over clean jobs/s.
     pub ratio_failing_to_clean: f64,
+    /// The clean backlog in per-key order (`ORDERED_KEYS` keys); none in results from
+    /// before it was measured.
+    pub ordered: Option<DeliveryRun>,
+    /// ordered jobs/s over clean (unordered) jobs/s; target at least 0.5.
+    pub ratio_ordered_to_clean: f64,
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Delivery> {
     let backlog = if ctx.quick { 10_000 } else { 100_000 };
-    let clean = variant(ctx, backlog, 0).await?;
-    let failing = variant(ctx, backlog, 10).await?;
+    let clean = variant(ctx, backlog, 0, 0).await?;
+    let failing = variant(ctx, backlog, 10, 0).await?;
+    let ordered = variant(ctx, backlog, 0, ORDERED_KEYS).await?;
     let ratio = failing.jobs_per_s / clean.jobs_per_s.max(1e-9);
+    let ratio_ordered = ordered.jobs_per_s / clean.jobs_per_s.max(1e-9);
+    println!("  => ordered over unordered: {ratio_ordered:.2}x (target at least 0.5x)");
     Ok(Delivery {
         backlog,
         clean,
         failing,
         ratio_failing_to_clean: ratio,
+        ordered: Some(ordered),
+        ratio_ordered_to_clean: ratio_ordered,
     })
 }
 
-async fn variant(ctx: &Ctx, jobs: u64, fail_one_in: u64) -> anyhow::Result<DeliveryRun> {
+async fn variant(ctx: &Ctx, jobs: u64, fail_one_in: u64, keys: u64) -> anyhow::Result<DeliveryRun> {
     let db = ctx.pg.create_db("delivery").await?;
-    let r = drain(ctx, &db, jobs, fail_one_in).await;
+    let r = drain(ctx, &db, jobs, fail_one_in, keys).await;
     ctx.pg.drop_db(&db).await;
     r
 }
 
-async fn drain(ctx: &Ctx, db: &str, jobs: u64, fail_one_in: u64) -> anyhow::Result<DeliveryRun> {
+/// Puts the seeded jobs in per-key order: round-robin over `keys` keys, each key's line in
+/// the order the jobs were seeded, as ingest would have numbered them.
+async fn order_jobs(pool: &sqlx::PgPool, keys: u64) -> anyhow::Result<()> {
+    sqlx::query(
+        "UPDATE jobs j SET ordering_key = 'key-' || (o.rn % $1), ordering_seq = o.rn, \
+            ordering_hold = true \
+         FROM (SELECT id, row_number() OVER (ORDER BY id) AS rn FROM jobs) o WHERE j.id = o.id",
+    )
+    .bind(keys as i64)
+    .execute(pool)
+    .await?;
+    sqlx::query("SELECT setval('jobs_ordering_seq', (SELECT max(ordering_seq) FROM jobs))")
+        .execute(pool)
+        .await?;
+    sqlx::query("VACUUM ANALYZE jobs").execute(pool).await?;
+    Ok(())
+}
+
+async fn drain(
+    ctx: &Ctx,
+    db: &str,
+    jobs: u64,
+    fail_one_in: u64,
+    keys: u64,
+) -> anyhow::Result<DeliveryRun> {
     let sink = Sink::start("127.0.0.1:0").await?;
     sink.state.set_fail_one_in(fail_one_in);
     let mut cfg = GwConfig::new(ctx.pg.url(db), sink.url());
@@ -79,6 +121,10 @@ async fn drain(ctx: &Ctx, db: &str, jobs: u64, fail_one_in: u64) -> anyhow::Resu
     };
     let took = pg::seed(&pool, 0, jobs, 100_000, seed).await?;
     println!("    seeded {jobs} pending jobs in {took:.1} s");
+    if keys > 0 {
+        order_jobs(&pool, keys).await?;
+        println!("    ordered them over {keys} keys");
+    }
 
     let gw = Gateway::start(&ctx.gw, &cfg, Role::Worker, "delivery").await?;
     let clock = Instant::now();
@@ -122,6 +168,7 @@ async fn drain(ctx: &Ctx, db: &str, jobs: u64, fail_one_in: u64) -> anyhow::Resu
     let sink_500 = sink.state.failed.load(Ordering::Relaxed);
     let run = DeliveryRun {
         jobs,
+        ordering_keys: keys,
         fail_one_in,
         seconds,
         jobs_per_s: last_ok.min(jobs) as f64 / seconds,
@@ -143,10 +190,10 @@ async fn drain(ctx: &Ctx, db: &str, jobs: u64, fail_one_in: u64) -> anyhow::Resu
     println!(
         "  => {} jobs{}: {:.1} s, {:.0} deliveries/s ({:.0} attempts/s, {} answered 500), all succeeded: {}",
         jobs,
-        if fail_one_in > 0 {
-            format!(" (1 in {fail_one_in} first attempts fail)")
-        } else {
-            String::new()
+        match (fail_one_in, keys) {
+            (0, 0) => String::new(),
+            (0, k) => format!(" (in order over {k} keys)"),
+            (f, _) => format!(" (1 in {f} first attempts fail)"),
         },
         run.seconds,
         run.jobs_per_s,
