@@ -57,7 +57,7 @@ fn flaky(n: usize) -> Vec<Answer> {
             x ^= x >> 7;
             x ^= x << 17;
             Answer {
-                status: if x % 4 == 0 { 500 } else { 200 },
+                status: if x.is_multiple_of(4) { 500 } else { 200 },
                 retry_after: None,
                 delay: Some(Duration::from_millis(5 + x % 20)),
             }

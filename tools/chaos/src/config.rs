@@ -180,6 +180,7 @@ mod tests {
             source: "stripe-lite",
             once: None,
             sink_url: "http://127.0.0.1:9/sqlite",
+            broker_url: "nats://127.0.0.1:9",
             schedule: &retry_schedule(Duration::from_secs(60)),
         });
         if let Ok(path) = std::env::var("CHAOS_DUMP_CONFIG") {
@@ -191,5 +192,7 @@ mod tests {
         let first_destination = text.find("[[destinations]]").unwrap();
         assert!(source < route && route < first_destination, "{text}");
         assert!(text.contains("url = \"http://127.0.0.1:9/sqlite/ordered\""));
+        assert!(text.contains("destinations = [\"sink\", \"bus\"]"));
+        assert!(text.contains("kind = \"nats\"\nurl = \"nats://127.0.0.1:9\""));
     }
 }
