@@ -132,3 +132,17 @@ async fn readyz(app: &TestApp) -> serde_json::Value {
     assert_eq!(r.status(), 200);
     r.json().await.unwrap()
 }
+
+/// `POST /admin/v1/events/{event}/replay`, expecting 202.
+async fn replay(app: &TestApp, event: EventId) {
+    let r = app
+        .admin(
+            reqwest::Method::POST,
+            crate::support::ACME_TOKEN,
+            &format!("/events/{event}/replay"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+}

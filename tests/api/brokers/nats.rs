@@ -9,7 +9,7 @@ use reqwest::Method;
 
 use super::{
     after_lease, app_with, app_with_adjusted, deliver_all, event_ids, ids, ingest_in_background,
-    readyz, succeeded,
+    readyz, replay, succeeded,
 };
 use crate::both_backends;
 use crate::support::broker_servers::NatsServer;
@@ -98,16 +98,7 @@ async fn a_replay_publishes_again_under_a_new_delivery_id(backend: Backend) {
     .await;
     let event = app.ingest_stripe("evt_nats_replay").await;
     deliver_all(&app, 1, Duration::from_secs(30)).await;
-    let r = app
-        .admin(
-            Method::POST,
-            ACME_TOKEN,
-            &format!("/events/{event}/replay"),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), 202);
+    replay(&app, event).await;
     deliver_all(&app, 2, Duration::from_secs(30)).await;
     let messages = stream.messages().await;
     assert_eq!(messages.len(), 2, "the replay is a second message");

@@ -7,16 +7,16 @@ use hookgate::domain::EventId;
 use hookgate::queue::JobStatus;
 use hookgate::worker::CrashPoint;
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use reqwest::Method;
 
 use super::nats::wait_for_failed_attempts;
 use super::{
-    after_lease, app_with, deliver_all, event_ids, ids, ingest_in_background, readyz, succeeded,
+    after_lease, app_with, deliver_all, event_ids, ids, ingest_in_background, readyz, replay,
+    succeeded,
 };
 use crate::both_backends;
 use crate::support::broker_servers::RabbitServer;
 use crate::support::brokers::{rabbit_destination, TestExchange, AMQP_URL};
-use crate::support::{Backend, ACME_TOKEN};
+use crate::support::Backend;
 
 both_backends!(
     each_event_lands_on_the_queue_once_with_its_properties,
@@ -98,16 +98,7 @@ async fn a_replay_publishes_again_under_a_new_message_id(backend: Backend) {
     .await;
     let event = app.ingest_stripe("evt_amqp_replay").await;
     deliver_all(&app, 1, Duration::from_secs(30)).await;
-    let r = app
-        .admin(
-            Method::POST,
-            ACME_TOKEN,
-            &format!("/events/{event}/replay"),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), 202);
+    replay(&app, event).await;
     deliver_all(&app, 2, Duration::from_secs(30)).await;
     let messages = exchange.wait_for(2, Duration::from_secs(10)).await;
     assert_eq!(messages.len(), 2);

@@ -45,13 +45,7 @@ impl Cluster {
         settings: &[(&str, String)],
     ) -> anyhow::Result<Cluster> {
         let as_root = is_root();
-        std::fs::create_dir(dir).with_context(|| format!("create {}", dir.display()))?;
-        if as_root {
-            run(
-                &["chown", "-R", "postgres:", &dir.display().to_string()],
-                dir,
-            )?;
-        }
+        own_dir(dir, as_root)?;
         let data = dir.join("data");
         let log = dir.join("postgres.log");
         let cluster = Cluster {
@@ -90,14 +84,7 @@ impl Cluster {
              full_page_writes = on\nlog_min_messages = warning\n",
             dir.display()
         ));
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(cluster.data.join("postgresql.conf"))
-            .and_then(|mut f| f.write_all(conf.as_bytes()))
-            .context("configure cluster")?;
-        cluster.stopped.store(false, Ordering::SeqCst);
-        cluster.ctl(&["start"])?;
-        cluster.wait_ready(Duration::from_secs(30)).await?;
+        cluster.configure_and_start(&conf).await?;
         let mut conn = PgConnection::connect(&cluster.url("postgres")).await?;
         sqlx::raw_sql(&format!(r#"CREATE DATABASE "{DB_NAME}""#))
             .execute(&mut conn)
@@ -114,13 +101,7 @@ impl Cluster {
         port: u16,
     ) -> anyhow::Result<Cluster> {
         let as_root = primary.as_root;
-        std::fs::create_dir(dir).with_context(|| format!("create {}", dir.display()))?;
-        if as_root {
-            run(
-                &["chown", "-R", "postgres:", &dir.display().to_string()],
-                dir,
-            )?;
-        }
+        own_dir(dir, as_root)?;
         let replica = Cluster {
             bin: primary.bin.clone(),
             dir: dir.to_path_buf(),
@@ -151,23 +132,23 @@ impl Cluster {
         run(&replica.pg("pg_basebackup", &basebackup), dir)?;
         // The copy carries the primary's port and socket directory; later lines win.
         let conf = format!(
-            "
-# streaming replica
-port = {port}
-unix_socket_directories = '{}'
-hot_standby = on
-",
+            "\n# streaming replica\nport = {port}\nunix_socket_directories = '{}'\nhot_standby = on\n",
             dir.display()
         );
+        replica.configure_and_start(&conf).await?;
+        Ok(replica)
+    }
+
+    /// Appends `conf` to postgresql.conf, starts the server and waits for it.
+    async fn configure_and_start(&self, conf: &str) -> anyhow::Result<()> {
         std::fs::OpenOptions::new()
             .append(true)
-            .open(replica.data.join("postgresql.conf"))
+            .open(self.data.join("postgresql.conf"))
             .and_then(|mut f| f.write_all(conf.as_bytes()))
-            .context("configure replica")?;
-        replica.stopped.store(false, Ordering::SeqCst);
-        replica.ctl(&["start"])?;
-        replica.wait_ready(Duration::from_secs(30)).await?;
-        Ok(replica)
+            .context("configure cluster")?;
+        self.stopped.store(false, Ordering::SeqCst);
+        self.ctl(&["start"])?;
+        self.wait_ready(Duration::from_secs(30)).await
     }
 
     pub fn url(&self, db: &str) -> String {
@@ -271,6 +252,18 @@ hot_standby = on
     pub fn pg(&self, program: &str, args: &[&str]) -> Vec<String> {
         as_postgres(self.as_root, &self.bin.join(program), args)
     }
+}
+
+/// Creates a cluster's directory, owned by the postgres user when we are root.
+fn own_dir(dir: &Path, as_root: bool) -> anyhow::Result<()> {
+    std::fs::create_dir(dir).with_context(|| format!("create {}", dir.display()))?;
+    if as_root {
+        run(
+            &["chown", "-R", "postgres:", &dir.display().to_string()],
+            dir,
+        )?;
+    }
+    Ok(())
 }
 
 /// A port free now on 127.0.0.1 (another process could take it before we bind it; the
