@@ -23,6 +23,7 @@ both_backends!(
     a_subject_the_stream_does_not_take_is_a_retryable_failure,
     a_server_killed_mid_stream_loses_nothing_and_duplicates_nothing,
     a_broker_destination_pauses_trips_and_dead_letters_like_any_other,
+    a_signing_secret_signs_each_message_as_http_deliveries_are_signed,
 );
 
 async fn each_event_lands_on_the_stream_once_with_its_headers(backend: Backend) {
@@ -226,4 +227,38 @@ async fn a_broker_destination_pauses_trips_and_dead_letters_like_any_other(backe
     let state = app.admin_json(ACME_TOKEN, "/destinations/bus").await;
     assert_eq!(state["state"], "tripped", "{state}");
     assert!(stream.messages().await.is_empty());
+}
+
+/// With a `signing_secret`, a message carries the Standard Webhooks headers an HTTP delivery
+/// carries, over the same id, timestamp and body; without one, none.
+async fn a_signing_secret_signs_each_message_as_http_deliveries_are_signed(backend: Backend) {
+    use base64::Engine as _;
+    const SECRET: &str = "whsec_dGVzdC1idXMtc2lnbmluZy1rZXk=";
+    let stream = TestStream::create(NATS_URL).await;
+    let mut bus = nats_destination("bus", NATS_URL, &stream.subject_template(), None);
+    bus.signing_secret = Some(SECRET.to_owned().into());
+    let app = app_with(backend, bus).await;
+    let event = app.ingest_stripe("evt_nats_signed").await;
+    deliver_all(&app, 1, Duration::from_secs(30)).await;
+    let messages = stream.messages().await;
+    let m = &messages[0];
+    assert_eq!(m.header("webhook-id"), event.to_string());
+    let timestamp: i64 = m.header("webhook-timestamp").parse().unwrap();
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(SECRET.trim_start_matches("whsec_"))
+        .unwrap();
+    let expected =
+        hookgate::delivery::sign_standard_webhook(&key, &event.to_string(), timestamp, &m.body);
+    assert_eq!(m.header("webhook-signature"), expected.webhook_signature);
+
+    let unsigned_stream = TestStream::create(NATS_URL).await;
+    let unsigned = app_with(
+        backend,
+        nats_destination("bus", NATS_URL, &unsigned_stream.subject_template(), None),
+    )
+    .await;
+    unsigned.ingest_stripe("evt_nats_unsigned").await;
+    deliver_all(&unsigned, 1, Duration::from_secs(30)).await;
+    let messages = unsigned_stream.messages().await;
+    assert!(!messages[0].headers.contains_key("webhook-signature"));
 }
