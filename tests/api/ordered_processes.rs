@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hookgate::queue::JobStatus;
 use serde_json::json;
 
-use crate::support::sink::{Answer, Sink};
+use crate::support::sink::{Answer, Received, Sink};
 use crate::support::{spawn_app_with_sink, Backend, TestApp};
 
 const KEYS: usize = 10;
@@ -129,33 +129,38 @@ retry_schedule = ["50ms", "50ms", "50ms", "50ms", "50ms", "50ms", "50ms", "50ms"
         if !killed && posted >= total / 3 {
             killed = true;
             // Mid-stream, with deliveries in flight: the first worker dies without a word.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while sink.received("/billing").len() < total / 6 {
-                assert!(Instant::now() < deadline, "no deliveries before the kill");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let got = sink
+                .wait_for("/billing", total / 6, Duration::from_secs(30))
+                .await;
+            assert!(got.len() >= total / 6, "no deliveries before the kill");
             doomed.0.kill().unwrap();
             doomed.0.wait().unwrap();
         }
     }
 
-    // Every key's last item arrives (a deadline-bounded poll), then the lines are checked.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let lines = loop {
+    // Every key's last item arrives (woken by each arrival), then the lines are checked.
+    let lines_of = |received: &[Received]| {
         let mut lines: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for r in sink.received("/billing") {
+        for r in received {
             let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
             let o = &body["data"]["object"];
             let key = o["customer"].as_str().unwrap().to_owned();
             lines.entry(key).or_default().push(o["n"].as_u64().unwrap());
         }
-        let done = lines.len() == KEYS && lines.values().all(|l| l.contains(&(ITEMS - 1)));
-        if done {
-            break lines;
-        }
-        assert!(Instant::now() < deadline, "not all delivered: {lines:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        lines
     };
+    let all_in = |lines: &BTreeMap<String, Vec<u64>>| {
+        lines.len() == KEYS && lines.values().all(|l| l.contains(&(ITEMS - 1)))
+    };
+    let received = sink
+        .wait_until(
+            "/billing",
+            |got| all_in(&lines_of(got)),
+            Duration::from_secs(90),
+        )
+        .await;
+    let lines = lines_of(&received);
+    assert!(all_in(&lines), "not all delivered: {lines:?}");
     let mut repeats = 0;
     for (key, line) in &lines {
         assert_eq!(line.first(), Some(&0), "{key}: {line:?}");

@@ -39,7 +39,7 @@ async fn each_event_lands_on_the_stream_once_with_its_headers(backend: Backend) 
     )
     .await;
     let events = app.ingest_stripes("evt_nats", 12).await;
-    deliver_all(&app, events.len(), Duration::from_secs(30)).await;
+    deliver_all(&app, events.len(), 10).await;
 
     let messages = stream.messages().await;
     assert_eq!(messages.len(), events.len(), "one message per event");
@@ -98,9 +98,9 @@ async fn a_replay_publishes_again_under_a_new_delivery_id(backend: Backend) {
     )
     .await;
     let event = app.ingest_stripe("evt_nats_replay").await;
-    deliver_all(&app, 1, Duration::from_secs(30)).await;
+    deliver_all(&app, 1, 10).await;
     replay(&app, event).await;
-    deliver_all(&app, 2, Duration::from_secs(30)).await;
+    deliver_all(&app, 2, 10).await;
     let messages = stream.messages().await;
     assert_eq!(messages.len(), 2, "the replay is a second message");
     assert_eq!(messages[0].header("hookgate-event-id"), event.to_string());
@@ -239,7 +239,7 @@ async fn a_signing_secret_signs_each_message_as_http_deliveries_are_signed(backe
     bus.signing_secret = Some(SECRET.to_owned().into());
     let app = app_with(backend, bus).await;
     let event = app.ingest_stripe("evt_nats_signed").await;
-    deliver_all(&app, 1, Duration::from_secs(30)).await;
+    deliver_all(&app, 1, 10).await;
     let messages = stream.messages().await;
     let m = &messages[0];
     assert_eq!(m.header("webhook-id"), event.to_string());
@@ -258,7 +258,7 @@ async fn a_signing_secret_signs_each_message_as_http_deliveries_are_signed(backe
     )
     .await;
     unsigned.ingest_stripe("evt_nats_unsigned").await;
-    deliver_all(&unsigned, 1, Duration::from_secs(30)).await;
+    deliver_all(&unsigned, 1, 10).await;
     let messages = unsigned_stream.messages().await;
     assert!(!messages[0].headers.contains_key("webhook-signature"));
 }

@@ -38,7 +38,7 @@ async fn each_event_lands_on_the_queue_once_with_its_properties(backend: Backend
     )
     .await;
     let events = app.ingest_stripes("evt_amqp", 12).await;
-    deliver_all(&app, events.len(), Duration::from_secs(30)).await;
+    deliver_all(&app, events.len(), 10).await;
 
     let messages = exchange.messages().await;
     assert_eq!(messages.len(), events.len(), "one message per event");
@@ -97,9 +97,9 @@ async fn a_replay_publishes_again_under_a_new_message_id(backend: Backend) {
     )
     .await;
     let event = app.ingest_stripe("evt_amqp_replay").await;
-    deliver_all(&app, 1, Duration::from_secs(30)).await;
+    deliver_all(&app, 1, 10).await;
     replay(&app, event).await;
-    deliver_all(&app, 2, Duration::from_secs(30)).await;
+    deliver_all(&app, 2, 10).await;
     let messages = exchange.wait_for(2, Duration::from_secs(10)).await;
     assert_eq!(messages.len(), 2);
     assert_ne!(

@@ -120,14 +120,25 @@ impl Sink {
     /// Waits (bounded) until `path` has received `n` requests; returns what it has received
     /// by then. Woken by each request's arrival, not by polling.
     pub async fn wait_for(&self, path: &str, n: usize, limit: Duration) -> Vec<Received> {
+        self.wait_until(path, |got| got.len() >= n, limit).await
+    }
+
+    /// Waits (bounded) until what `path` has received satisfies `done`; returns it by then.
+    /// Woken by each request's arrival, not by polling.
+    pub async fn wait_until(
+        &self,
+        path: &str,
+        done: impl Fn(&[Received]) -> bool,
+        limit: Duration,
+    ) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            // Registered before the count is read, so an arrival in between still wakes it.
+            // Registered before the requests are read, so an arrival in between still wakes it.
             let arrival = self.state.arrived.notified();
             tokio::pin!(arrival);
             arrival.as_mut().enable();
             let got = self.received(path);
-            if got.len() >= n {
+            if done(&got) {
                 return got;
             }
             if tokio::time::timeout_at(deadline, arrival).await.is_err() {
