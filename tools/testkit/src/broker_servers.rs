@@ -3,16 +3,12 @@
 //! SIGKILL and started again on the same ports and data. The machine's shared brokers are
 //! never restarted, so other tests running at the same time see nothing.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    hookgate_pgcluster::free_port().expect("a free port")
 }
 
 /// Waits until something listens on `port`, for at most `within`.
