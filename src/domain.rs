@@ -70,8 +70,18 @@ impl fmt::Display for EventId {
 pub struct JobId(Uuid);
 
 impl JobId {
-    pub fn generate() -> Self {
-        Self(time_ordered_uuid())
+    /// A new id for a job of `event`: a UUIDv7 with the event id's milliseconds and random
+    /// bits of its own. PostgreSQL partitions jobs by id with the events' time ranges, so a
+    /// job (a replay's included) lives in its event's partition, is found by id in that
+    /// partition alone, and goes when its event's partition goes.
+    pub fn for_event(event: EventId) -> Self {
+        let millis = event.as_uuid().get_timestamp().map_or(0, |t| {
+            let (secs, nanos) = t.to_unix();
+            secs * 1000 + u64::from(nanos) / 1_000_000
+        });
+        let mut random = [0u8; 10];
+        fastrand::fill(&mut random);
+        Self(uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid())
     }
 
     pub fn from_uuid(id: Uuid) -> Self {

@@ -200,7 +200,7 @@ pub(crate) fn replay_jobs(
     destinations
         .into_iter()
         .map(|destination| NewJob {
-            id: JobId::generate(),
+            id: JobId::for_event(event.id),
             event_id: event.id,
             ordering: source.and_then(|s| s.routes.ordering_for_stored(event, &destination)),
             destination,

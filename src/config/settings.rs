@@ -168,6 +168,15 @@ pub struct DatabaseSettings {
     /// process crash; the last commits before a power loss may be lost).
     #[serde(default = "default_sqlite_synchronous")]
     pub sqlite_synchronous: String,
+    /// PostgreSQL only: the span of each time partition of events, jobs and attempts
+    /// (retention drops whole partitions, so an event outlives `retention.events` by up
+    /// to this). Between 1 hour and 31 days; a change applies to partitions created after it.
+    #[serde(default = "default_partition_interval")]
+    pub partition_interval: String,
+}
+
+fn default_partition_interval() -> String {
+    "1day".into()
 }
 
 impl Default for DatabaseSettings {
@@ -179,6 +188,7 @@ impl Default for DatabaseSettings {
             acquire_timeout: default_acquire_timeout(),
             busy_timeout: default_busy_timeout(),
             sqlite_synchronous: default_sqlite_synchronous(),
+            partition_interval: default_partition_interval(),
         }
     }
 }

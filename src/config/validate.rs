@@ -45,6 +45,8 @@ pub struct DatabaseConfig {
     pub acquire_timeout: Duration,
     pub busy_timeout: Duration,
     pub sqlite_synchronous: SqliteSynchronous,
+    /// The span of each time partition of PostgreSQL's events, jobs and attempts.
+    pub partition_interval: Duration,
 }
 
 /// How far a SQLite commit is flushed before the gateway answers 2xx (WAL mode either way).
@@ -222,7 +224,17 @@ impl GatewayConfig {
                 ));
             }
         }
+        let partition_interval = duration("database.partition_interval", &d.partition_interval)?;
+        if !(Duration::from_secs(3600)..=Duration::from_secs(31 * 86_400))
+            .contains(&partition_interval)
+        {
+            return Err(invalid(
+                "database.partition_interval",
+                "must be between 1 hour and 31 days",
+            ));
+        }
         let database = DatabaseConfig {
+            partition_interval,
             url: d.url.clone(),
             read_url: d.read_url.clone(),
             max_connections: d.max_connections,

@@ -165,7 +165,7 @@ async fn write_batch(
                 .map(|(i, d)| match (e.delays.get(i), e.orderings.get(i)) {
                     (Some(delay), _) if !delay.is_zero() => None,
                     (_, Some(Some(_))) => None,
-                    _ => h.reserve(d.as_str(), now),
+                    _ => h.reserve(d.as_str(), e.id, now),
                 })
                 .collect(),
             None => Vec::new(),

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::domain::JobId;
+use crate::domain::{EventId, JobId};
 use crate::store::{ClaimedJob, PreClaim};
 
 /// The worker's side of the hand-off: its slots, and where handed-off jobs arrive. Cheap to
@@ -90,7 +90,12 @@ impl Handoff {
 
     /// Slots for a new job to `destination`, if the worker is running, has one free, and
     /// found no backlog there at its last claim.
-    pub fn reserve(&self, destination: &str, now: DateTime<Utc>) -> Option<Reservation> {
+    pub fn reserve(
+        &self,
+        destination: &str,
+        event: EventId,
+        now: DateTime<Utc>,
+    ) -> Option<Reservation> {
         let inner = &self.inner;
         let d = inner.per_destination.get(destination)?;
         if !inner.open.load(Ordering::Acquire) || !d.keeping_up.load(Ordering::Acquire) {
@@ -101,7 +106,7 @@ impl Handoff {
         Some(Reservation {
             permits: [global, local],
             claim: PreClaim {
-                job_id: JobId::generate(),
+                job_id: JobId::for_event(event),
                 token: crate::domain::time_ordered_uuid(),
                 locked_until: now + inner.lease,
             },

@@ -158,7 +158,7 @@ impl Store {
                 };
                 for (destination, ordering) in destinations {
                     let job = NewJob {
-                        id: JobId::generate(),
+                        id: JobId::for_event(event.id),
                         event_id: event.id,
                         destination,
                         ordering,

@@ -112,7 +112,7 @@ impl Store {
             let mut created = 0;
             for job in jobs {
                 created += sqlx::query(CREATE)
-                    .bind(Id::from(JobId::generate()))
+                    .bind(Id::from(JobId::for_event(job.event)))
                     .bind(Id::from(job.event))
                     .bind(job.destination.as_str())
                     .bind(At(now))

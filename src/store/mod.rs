@@ -122,6 +122,7 @@ pub use postgres::PgStore;
 pub use quarantine::{NewQuarantined, QuarantineFilter, QuarantineSummary, Quarantined, Walk};
 pub use queue::JobWaker;
 pub use reconciliation::{ReconciliationEnd, ReconciliationRun, ReconciliationState};
+pub use retention::RetentionSwept;
 pub use sessions::StoredSession;
 pub use sqlite::SqliteStore;
 pub use types::{
@@ -226,7 +227,10 @@ impl Store {
         static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
         static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
         match self {
-            Self::Postgres(s) => POSTGRES.run(&s.pool).await?,
+            Self::Postgres(s) => {
+                POSTGRES.run(&s.pool).await?;
+                s.ensure_partitions(chrono::Utc::now()).await?;
+            }
             Self::Sqlite(s) => SQLITE.run(&s.pool).await?,
         }
         Ok(())

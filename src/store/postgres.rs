@@ -1,6 +1,7 @@
 //! PostgreSQL backend: for production and for several gateway processes sharing one database.
 
 mod ingest;
+mod partitions;
 mod queue;
 mod wakeups;
 
@@ -53,6 +54,8 @@ pub struct PgStore {
     /// What it shows trails the primary by the replica's lag; nothing written is read
     /// back from it.
     read: PgPool,
+    /// The span of each time partition (`database.partition_interval`).
+    partition_interval: std::time::Duration,
 }
 
 impl PgStore {
@@ -79,6 +82,7 @@ impl PgStore {
         };
         Ok(Self {
             read,
+            partition_interval: config.partition_interval,
             ingest_connections: std::sync::Arc::new(HeldConnections::new(pool.clone())),
             relaxed_connections: relaxed_connections.clone(),
             job_wakeups: wakeups::JobWakeups::new(relaxed_connections),

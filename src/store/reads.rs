@@ -64,8 +64,11 @@ impl Store {
         source: &str,
         provider_event_id: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
+        // Through the dedupe key (`event_keys`): PostgreSQL's events carry no index on the
+        // provider's id, and the key finds the event's partition.
         let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND provider_event_id = $2"
+            "SELECT {EVENT_COLUMNS} FROM events WHERE id = (SELECT event_id FROM event_keys \
+             WHERE source = $1 AND provider_event_id = $2)"
         );
         let row: Option<EventRow> = dispatch!(self, s => sqlx::query_as(&sql)
             .bind(source)

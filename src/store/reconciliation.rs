@@ -232,8 +232,8 @@ impl Store {
         Ok(rows.into_iter().map(run_from_row).collect())
     }
 
-    /// Which of `ids` are stored as provider event ids of `source` (purged events count:
-    /// their ids are still remembered for dedupe).
+    /// Which of `ids` are stored as provider event ids of `source`: the dedupe keys, so
+    /// events whose content retention removed count while their ids are remembered.
     pub async fn stored_provider_event_ids(
         &self,
         source: &str,
@@ -245,7 +245,7 @@ impl Store {
         for chunk in ids.chunks(200) {
             let placeholders: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
             let sql = format!(
-                "SELECT provider_event_id FROM events WHERE source = $1 \
+                "SELECT provider_event_id FROM event_keys WHERE source = $1 \
                  AND provider_event_id IN ({})",
                 placeholders.join(", ")
             );

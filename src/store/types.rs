@@ -62,7 +62,7 @@ impl NewEvent<'_> {
                     .unwrap_or(self.received_at),
                 _ => self.received_at,
             };
-            let id = claim.map_or_else(JobId::generate, |c| c.job_id);
+            let id = claim.map_or_else(|| JobId::for_event(self.id), |c| c.job_id);
             NewEventJob {
                 id,
                 destination: d,

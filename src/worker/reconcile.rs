@@ -40,8 +40,16 @@ pub struct ReconcileReport {
     pub expired_sessions: u64,
     /// Events past retention, deleted with their history.
     pub expired_events: u64,
-    /// Events past content retention whose ids are still kept for dedupe: content removed.
+    /// Events past content retention whose ids are still kept for dedupe: content removed
+    /// (SQLite).
     pub purged_events: u64,
+    /// Dedupe keys past the longer of retention.events and retention.dedupe_window, removed
+    /// (PostgreSQL).
+    pub forgotten_keys: u64,
+    /// Time partitions dropped by retention (PostgreSQL).
+    pub dropped_partitions: u64,
+    /// Expired time partitions kept because a job in them is still unfinished (PostgreSQL).
+    pub held_partitions: u64,
     /// Quarantined requests past `quarantine.retention`, removed.
     pub expired_quarantine: u64,
 }
@@ -246,8 +254,8 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Retention: content goes after `retention.events`; the row (the dedupe key) after the
-    /// longer of that and `retention.dedupe_window`. Each batch is its own short transaction.
+    /// Retention: content goes after `retention.events`; the dedupe key after the longer of
+    /// that and `retention.dedupe_window` (`Store::sweep_retention`).
     async fn sweep_retention(
         &self,
         now: DateTime<Utc>,
@@ -260,29 +268,20 @@ impl Reconciler {
                 .and_then(|d| now.checked_sub_signed(d))
                 .unwrap_or(DateTime::<Utc>::MIN_UTC)
         };
-        if r.dedupe_window > r.events {
-            loop {
-                let n = self
-                    .store
-                    .purge_expired_events(age(r.events), now, r.batch)
-                    .await?;
-                report.purged_events += n;
-                if n < r.batch as u64 {
-                    break;
-                }
-            }
-        }
-        let rows_before = age(r.events.max(r.dedupe_window));
-        loop {
-            let n = self
-                .store
-                .delete_expired_events(rows_before, r.batch)
-                .await?;
-            report.expired_events += n;
-            if n < r.batch as u64 {
-                break;
-            }
-        }
+        let swept = self
+            .store
+            .sweep_retention(
+                age(r.events),
+                age(r.events.max(r.dedupe_window)),
+                now,
+                r.batch,
+            )
+            .await?;
+        report.expired_events += swept.expired_events;
+        report.purged_events += swept.purged_events;
+        report.forgotten_keys += swept.forgotten_keys;
+        report.dropped_partitions += swept.dropped_partitions;
+        report.held_partitions += swept.held_partitions;
         let quarantined_before = age(self.config.quarantine.retention);
         loop {
             let n = self

@@ -272,7 +272,7 @@ impl Case<'_> {
                 }
                 let original = self.jobs[i % self.jobs.len()].clone();
                 let job = NewJob {
-                    id: JobId::generate(),
+                    id: JobId::for_event(original.event),
                     event_id: original.event,
                     destination: self.destination.to_string(),
                     ordering: original.ordering.clone(),

@@ -123,6 +123,7 @@ async fn sqlite_commits_leave_checkpoints_to_the_background() {
         acquire_timeout: std::time::Duration::from_secs(5),
         busy_timeout: std::time::Duration::from_secs(5),
         sqlite_synchronous: hookgate::config::SqliteSynchronous::Full,
+        partition_interval: std::time::Duration::from_secs(86_400),
     })
     .unwrap();
     hookgate::store::Store::Sqlite(store.clone())

@@ -149,7 +149,11 @@ async fn events_and_jobs_round_trip(backend: Backend) {
         (a, JobStatus::Pending, 0)
     );
     assert!(job.locked_until.is_none() && job.discarded_at.is_none());
-    assert!(store.get_job(JobId::generate()).await.unwrap().is_none());
+    assert!(store
+        .get_job(JobId::for_event(EventId::generate()))
+        .await
+        .unwrap()
+        .is_none());
     assert!(store.attempts_for_job(job.id).await.unwrap().is_empty());
 
     assert_eq!(store.count_events().await.unwrap(), 2);
@@ -353,7 +357,7 @@ async fn admin_lists_replays_retries_and_discards(backend: Backend) {
         .await
         .unwrap();
     let job = NewJob {
-        id: JobId::generate(),
+        id: JobId::for_event(older),
         event_id: older,
         destination: "audit".into(),
         ordering: None,

@@ -10,16 +10,25 @@ use super::PgStore;
 use crate::domain::EventId;
 use crate::store::{batch, InsertOutcome, NewEvent, StoreError};
 
-/// Group commit's one statement. Jobs come pre-built for every event in the batch and are
-/// kept only for the events this statement created. Each row answered is an event created,
-/// and whether the statement queued a job for any worker (not when every job was claimed as
-/// it was created): the wake-up follows the commit (see `wakeups`).
-/// `{on_conflict}` is empty on the fast path (see `insert_events`).
+/// Group commit's one statement. The dedupe keys go in first (`event_keys`, whose UNIQUE
+/// key decides which copy of an event is stored); then the events whose key this statement
+/// created, and the jobs of those events, pre-built for every event in the batch. Each row
+/// answered is an event created, and whether the statement queued a job for any worker (not
+/// when every job was claimed as it was created): the wake-up follows the commit (see
+/// `wakeups`). `{on_conflict}` is empty on the fast path (see `insert_events`).
 macro_rules! insert_batch_sql {
     ($on_conflict:literal) => {
         concat!(
             "\
-    WITH created AS ( \
+    WITH keyed AS ( \
+        INSERT INTO event_keys (source, provider_event_id, event_id, received_at) \
+        SELECT source, pid, id, rat \
+        FROM UNNEST($3::text[], $4::text[], $1::uuid[], $6::timestamptz[]) \
+            AS k(source, pid, id, rat) \
+        ",
+            $on_conflict,
+            " RETURNING event_id \
+    ), created AS ( \
         INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
             content_type, headers, body, verified_scheme, verified_secret_index, route_digest) \
         SELECT id, tenant, source, pid, etype, rat, ctype, h::jsonb, body, scheme, idx, rd \
@@ -27,9 +36,8 @@ macro_rules! insert_batch_sql {
             $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::text[], $11::int4[], \
             $18::int8[]) \
             AS t(id, tenant, source, pid, etype, rat, ctype, h, body, scheme, idx, rd) \
-        ",
-            $on_conflict,
-            " RETURNING id \
+        WHERE t.id IN (SELECT event_id FROM keyed) \
+        RETURNING id \
     ), queued AS ( \
         INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
             locked_until, claim_token, created_at, updated_at, ordering_key, ordering_hold) \
@@ -51,7 +59,7 @@ macro_rules! insert_batch_sql {
 /// Plain inserts: any copy of a stored event makes the whole statement fail (23505).
 const INSERT_BATCH_FAST_SQL: &str = insert_batch_sql!("");
 /// ON CONFLICT waits for a concurrent inserter of the same key, so exactly one transaction
-/// creates a row, and skips copies of stored events.
+/// creates a key (and its event), and skips copies of stored events.
 const INSERT_BATCH_SQL: &str =
     insert_batch_sql!("ON CONFLICT (source, provider_event_id) DO NOTHING");
 
@@ -149,7 +157,7 @@ async fn lookup_conflicted(
         return Ok(Vec::new());
     }
     sqlx::query_as(
-        "SELECT e.id, e.source, e.provider_event_id FROM events e \
+        "SELECT e.event_id, e.source, e.provider_event_id FROM event_keys e \
          JOIN UNNEST($1::text[], $2::text[]) AS k(source, pid) \
          ON e.source = k.source AND e.provider_event_id = k.pid",
     )

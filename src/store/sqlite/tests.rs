@@ -28,6 +28,7 @@ fn store_waiting(
         acquire_timeout: Duration::from_secs(5),
         busy_timeout,
         sqlite_synchronous: level,
+        partition_interval: Duration::from_secs(86_400),
     })
     .unwrap()
 }
