@@ -119,6 +119,8 @@ pub use destinations::{CircuitChange, DestinationStats, Hold, RECENT_ATTEMPTS};
 pub use group_commit::{GroupCommit, Pacing};
 pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;
+#[doc(hidden)]
+pub use postgres::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL};
 pub use quarantine::{NewQuarantined, QuarantineFilter, QuarantineSummary, Quarantined, Walk};
 pub use queue::JobWaker;
 pub use reconciliation::{ReconciliationEnd, ReconciliationRun, ReconciliationState};

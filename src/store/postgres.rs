@@ -2,6 +2,10 @@
 
 mod ingest;
 mod partitions;
+
+/// The queue's statements, for the tests that read their plans.
+#[doc(hidden)]
+pub use queue::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL};
 mod queue;
 mod wakeups;
 

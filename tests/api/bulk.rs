@@ -31,6 +31,8 @@ async fn seed(app: &TestApp) {
             .await
             .unwrap();
         }
+        // UUIDv7 ids of the time each was received, as ingest makes them: the partition
+        // key; and the dedupe keys ingest would write beside them.
         Backend::Postgres => {
             let mut c = sqlx::PgConnection::connect(&app.database_url)
                 .await
@@ -38,9 +40,14 @@ async fn seed(app: &TestApp) {
             sqlx::raw_sql(&format!(
                 "INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
                     content_type, headers, body, verified_scheme, verified_secret_index) \
-                 SELECT gen_random_uuid(), 'default', 'github', 'bulk-' || g, 'push', \
+                 SELECT (lpad(to_hex(floor(extract(epoch FROM now()) * 1000)::bigint - g), \
+                        12, '0') || '7' || substr(md5(g::text), 1, 3) || '8' \
+                        || substr(md5(g::text), 4, 15))::uuid, \
+                    'default', 'github', 'bulk-' || g, 'push', \
                     now() - g * interval '1 millisecond', 'application/json', '[]'::jsonb, \
-                    '\\x7b7d'::bytea, 'github', 0 FROM generate_series(1, {EVENTS}) g"
+                    '\\x7b7d'::bytea, 'github', 0 FROM generate_series(1, {EVENTS}) g; \
+                 INSERT INTO event_keys (source, provider_event_id, event_id, received_at) \
+                    SELECT source, provider_event_id, id, received_at FROM events"
             ))
             .execute(&mut c)
             .await

@@ -121,14 +121,21 @@ async fn an_abandoned_transaction_stores_nothing_and_the_retry_stores_the_event(
                 ))
                 .await;
         }
+        // The dedupe key (event_keys) is what the retry waits on, as ingest writes it first.
         Backend::Postgres => {
+            let id = EventId::generate();
             doomed.exec("BEGIN").await;
+            doomed
+                .exec(&format!(
+                    "INSERT INTO event_keys (source, provider_event_id, event_id, received_at) \
+                     VALUES ('stripe', 'evt_doomed', '{id}', now())"
+                ))
+                .await;
             doomed
                 .exec(&format!(
                     "INSERT INTO events (id, tenant, source, provider_event_id, received_at, \
                      headers, body, verified_scheme, verified_secret_index) VALUES \
-                     ('{}', 'acme', 'stripe', 'evt_doomed', now(), '[]', '\\x00', 'stripe', 0)",
-                    EventId::generate()
+                     ('{id}', 'acme', 'stripe', 'evt_doomed', now(), '[]', '\\x00', 'stripe', 0)"
                 ))
                 .await;
         }

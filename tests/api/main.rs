@@ -28,6 +28,7 @@ mod ordered;
 mod ordered_claim;
 mod ordered_processes;
 mod outage;
+mod partitions;
 mod pools;
 mod quarantine;
 mod rate_limit;

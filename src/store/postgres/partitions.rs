@@ -318,14 +318,18 @@ impl PgStore {
             .rows_affected())
     }
 
-    /// Forgets, batch by batch, the dedupe keys of events received before the time.
+    /// Forgets, batch by batch, the dedupe keys of events received before the time, but
+    /// never one whose event is still stored (held by an unfinished job): a provider's retry
+    /// of it must stay a duplicate.
     pub async fn forget_expired_keys(
         &self,
         received_before: DateTime<Utc>,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        const SQL: &str = "DELETE FROM event_keys WHERE ctid IN (SELECT ctid FROM event_keys \
-            WHERE received_at < $1 ORDER BY received_at LIMIT $2)";
+        const SQL: &str = "DELETE FROM event_keys WHERE ctid IN (SELECT k.ctid FROM event_keys k \
+            WHERE k.received_at < $1 AND NOT EXISTS (SELECT 1 FROM events e \
+                WHERE e.id = k.event_id) \
+            ORDER BY k.received_at LIMIT $2)";
         let mut total = 0;
         loop {
             let n = sqlx::query(SQL)

@@ -17,7 +17,7 @@ use crate::store::{AttemptOutcome, ClaimedJob, JobOutcome, StoreError};
 /// statement that ends the claim clears it. Naming the status as well would offer the
 /// planner a second way in, every `in_progress` entry of `jobs_lease_idx` (dead ones
 /// included), which it takes when the statistics say few jobs are in progress.
-const FINISH_JOBS_SQL: &str = "\
+pub const FINISH_JOBS_SQL: &str = "\
     WITH o AS ( \
         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], \
             $6::timestamptz[], $7::uuid[], $8::int4[], $9::text[], $10::timestamptz[], \
@@ -47,7 +47,7 @@ const FINISH_JOBS_SQL: &str = "\
 /// show a job blocked that is already free (the next claim takes it) but never free while
 /// a job ahead of it is still in flight. Two claimers that both see the head free contend
 /// for that one row: the loser skips it, or finds it no longer pending once it commits.
-const CLAIM_JOBS_SQL: &str = concat!(
+pub const CLAIM_JOBS_SQL: &str = concat!(
     "\
     WITH due AS ( \
         SELECT id FROM jobs j \
