@@ -32,14 +32,17 @@ impl TryFrom<JobWithEventRow> for JobWithEvent {
     }
 }
 
-/// Inserts one pending job, due now.
+/// Inserts one pending job, due now, if its event is still stored. On PostgreSQL the event
+/// row is locked (`FOR KEY SHARE`) as the job is inserted: no foreign key joins the
+/// partitioned tables, and the lock is what keeps retention from deleting the event under
+/// its new job (retention's batch skips locked events, and a job inserted after it deleted
+/// the event finds no row and inserts nothing). SQLite's foreign key does the same.
 macro_rules! insert_job {
-    ($tx:ident, $job:expr, $now:expr) => {
-        sqlx::query(
-            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-             created_at, updated_at, ordering_key, ordering_hold) \
-             VALUES ($1, $2, $3, 'pending', 0, $4, $4, $4, $5, $6)",
-        )
+    ($self:ident, $tx:ident, $job:expr, $now:expr) => {
+        sqlx::query(match $self {
+            Store::Postgres(_) => INSERT_JOB_LOCKING,
+            Store::Sqlite(_) => INSERT_JOB,
+        })
         .bind(Id::from($job.id))
         .bind(Id::from($job.event_id))
         .bind(&$job.destination)
@@ -50,6 +53,20 @@ macro_rules! insert_job {
         .await?
     };
 }
+
+macro_rules! insert_job_sql {
+    ($lock:literal) => {
+        concat!(
+            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+             created_at, updated_at, ordering_key, ordering_hold) \
+             SELECT $1, e.id, $3, 'pending', 0, $4, $4, $4, $5, $6 FROM events e \
+             WHERE e.id = $2",
+            $lock
+        )
+    };
+}
+const INSERT_JOB: &str = insert_job_sql!("");
+const INSERT_JOB_LOCKING: &str = insert_job_sql!(" FOR KEY SHARE OF e");
 
 impl Store {
     /// Events of the filter's tenant, newest first, after the keyset position `after`.
@@ -113,7 +130,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         in_write_tx!(self, tx => {
             for job in jobs {
-                insert_job!(tx, job, now);
+                insert_job!(self, tx, job, now);
             }
             if let Some(save) = save {
                 save_response!(tx, save, now);
@@ -163,7 +180,7 @@ impl Store {
                         destination,
                         ordering,
                     };
-                    insert_job!(tx, job, now);
+                    insert_job!(self, tx, job, now);
                 }
             }
             let next = BulkProgress {

@@ -22,13 +22,22 @@ const SCAN: &str = "\
     ORDER BY received_at, id LIMIT $4";
 
 /// Creates job `$1` for event `$2` and destination `$3`, due at `$5`, unless the event has a
-/// job for that destination already or was purged meanwhile.
-const CREATE: &str = "\
-    INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-        created_at, updated_at, ordering_key, ordering_hold) \
-    SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4, $6, $7 FROM events e \
-    WHERE e.id = $2 AND e.purged_at IS NULL AND NOT EXISTS ( \
-        SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $3)";
+/// job for that destination already or was purged or deleted meanwhile. PostgreSQL locks
+/// the event row as the job goes in (see `admin::insert_job`).
+macro_rules! create_sql {
+    ($lock:literal) => {
+        concat!(
+            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+                created_at, updated_at, ordering_key, ordering_hold) \
+            SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4, $6, $7 FROM events e \
+            WHERE e.id = $2 AND e.purged_at IS NULL AND NOT EXISTS ( \
+                SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $3)",
+            $lock
+        )
+    };
+}
+const CREATE: &str = create_sql!("");
+const CREATE_LOCKING: &str = create_sql!(" FOR KEY SHARE OF e");
 
 /// One step of the scan: the events read that another configuration routed, and where to go
 /// on from.
@@ -111,7 +120,11 @@ impl Store {
         let created = in_write_tx!(self, tx => {
             let mut created = 0;
             for job in jobs {
-                created += sqlx::query(CREATE)
+                let create = match self {
+                    Store::Postgres(_) => CREATE_LOCKING,
+                    Store::Sqlite(_) => CREATE,
+                };
+                created += sqlx::query(create)
                     .bind(Id::from(JobId::for_event(job.event)))
                     .bind(Id::from(job.event))
                     .bind(job.destination.as_str())

@@ -196,6 +196,11 @@ impl PgStore {
         events: &Partition,
         jobs: &Partition,
     ) -> Result<Option<u64>, StoreError> {
+        // Counted before the locks, not under them (a scan of the whole partition): no event
+        // is added to a range that ended before retention, ids being times.
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\"", events.name))
+            .fetch_one(&mut *conn)
+            .await?;
         let mut tx = conn.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(PARTITIONS_LOCK_KEY)
@@ -226,9 +231,6 @@ impl PgStore {
             tx.rollback().await?;
             return Ok(None);
         }
-        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\"", events.name))
-            .fetch_one(&mut *tx)
-            .await?;
         let dropped = sqlx::query(&format!(
             "DROP TABLE \"{}\", \"{}\"",
             jobs.name, events.name
@@ -274,11 +276,11 @@ impl PgStore {
         let range = (bound(part.from.unwrap_or(0)), bound(part.to));
         let mut total = 0;
         loop {
-            let n = self
-                .delete_settled(Some(range), received_before, batch)
+            let (read, deleted) = self
+                .delete_batch(Some(range), received_before, batch)
                 .await?;
-            total += n;
-            if n < batch as u64 {
+            total += deleted;
+            if read < batch as u64 {
                 return Ok(total);
             }
         }
@@ -286,36 +288,64 @@ impl PgStore {
 
     /// Deletes up to `limit` settled events received before the time (within the id range,
     /// if given), with their jobs and attempts: no foreign key cascades between partitioned
-    /// tables. Concurrent sweeps take disjoint batches (`SKIP LOCKED`).
+    /// tables. Returns how many events it deleted.
     pub async fn delete_settled(
         &self,
         ids: Option<(Uuid, Uuid)>,
         received_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        const SQL: &str = "\
-            WITH gone AS ( \
-                SELECT e.id FROM events e WHERE e.id >= $1 AND e.id < $2 \
-                    AND e.received_at < $3 AND NOT EXISTS (SELECT 1 FROM jobs j \
-                        WHERE j.event_id = e.id AND j.status IN ('pending', 'in_progress')) \
-                ORDER BY e.received_at LIMIT $4 FOR UPDATE SKIP LOCKED \
+        Ok(self.delete_batch(ids, received_before, limit).await?.1)
+    }
+
+    /// One batch, in one transaction of two statements. The first locks the candidates
+    /// (`FOR UPDATE`; concurrent sweeps skip each other's), which makes a replay or a repair
+    /// that is about to add a job to one of them wait (it locks its event `FOR KEY SHARE`)
+    /// and then find it gone. The second, under a snapshot taken after the locks, checks
+    /// again for unfinished jobs, so a job committed just before the lock still keeps its
+    /// event. Returns the candidates read and the events deleted.
+    async fn delete_batch(
+        &self,
+        ids: Option<(Uuid, Uuid)>,
+        received_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        const CANDIDATES: &str = "\
+            SELECT e.id FROM events e WHERE e.id >= $1 AND e.id < $2 AND e.received_at < $3 \
+                AND NOT EXISTS (SELECT 1 FROM jobs j \
+                    WHERE j.event_id = e.id AND j.status IN ('pending', 'in_progress')) \
+            ORDER BY e.received_at LIMIT $4 FOR UPDATE OF e SKIP LOCKED";
+        const DELETE: &str = "\
+            WITH settled AS ( \
+                SELECT g.id FROM UNNEST($1::uuid[]) AS g(id) WHERE NOT EXISTS ( \
+                    SELECT 1 FROM jobs j WHERE j.event_id = g.id \
+                        AND j.status IN ('pending', 'in_progress')) \
             ), jobs_gone AS ( \
-                DELETE FROM jobs WHERE id >= $1 AND id < $2 \
-                    AND event_id IN (SELECT id FROM gone) RETURNING id \
+                DELETE FROM jobs WHERE event_id IN (SELECT id FROM settled) RETURNING id \
             ), attempts_gone AS ( \
-                DELETE FROM delivery_attempts WHERE id >= $1 \
-                    AND job_id IN (SELECT id FROM jobs_gone) \
+                DELETE FROM delivery_attempts WHERE job_id IN (SELECT id FROM jobs_gone) \
             ) \
-            DELETE FROM events WHERE id IN (SELECT id FROM gone)";
+            DELETE FROM events WHERE id IN (SELECT id FROM settled)";
         let (from, to) = ids.unwrap_or((Uuid::nil(), Uuid::max()));
-        Ok(sqlx::query(SQL)
+        let mut tx = self.pool.begin().await?;
+        let candidates: Vec<Uuid> = sqlx::query_scalar(CANDIDATES)
             .bind(from)
             .bind(to)
             .bind(received_before)
             .bind(limit)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+            .fetch_all(&mut *tx)
+            .await?;
+        let deleted = if candidates.is_empty() {
+            0
+        } else {
+            sqlx::query(DELETE)
+                .bind(&candidates)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+        };
+        tx.commit().await?;
+        Ok((candidates.len() as u64, deleted))
     }
 
     /// Forgets, batch by batch, the dedupe keys of events received before the time, but
