@@ -53,6 +53,7 @@ impl Ctx {
     pub fn spec(&self, gw: &Gateway, mode: Mode, duration: Duration, ids: Ids) -> LoadSpec {
         LoadSpec {
             addr: gw.addr(),
+            more_addrs: Vec::new(),
             sources: bench_sources(),
             mode,
             duration,
