@@ -13,6 +13,7 @@ pub mod routes;
 pub mod signatures;
 pub mod sqlite_loop;
 pub mod sustained;
+pub mod topology;
 
 use std::time::Duration;
 
