@@ -101,7 +101,7 @@ pub struct Common {
     /// `quarantine-flood`: seconds per segment (default 10, or 3 with --quick).
     #[arg(long)]
     pub flood_seconds: Option<u64>,
-    /// `topology`: rounds of one segment per topology (default 2, or 1 with --quick).
+    /// `topology`: rounds of one segment per topology (default 3, or 1 with --quick).
     #[arg(long)]
     pub topology_rounds: Option<usize>,
     /// `topology`: seconds of each run in a segment (default 6, or 3 with --quick).

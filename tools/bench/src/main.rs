@@ -310,7 +310,7 @@ async fn run(
         let sizes = topology::Sizes {
             rounds: common
                 .topology_rounds
-                .unwrap_or(if ctx.quick { 1 } else { 2 }),
+                .unwrap_or(if ctx.quick { 1 } else { 3 }),
             seconds: common
                 .topology_seconds
                 .unwrap_or(if ctx.quick { 3 } else { 6 }),

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::Ctx;
 use crate::gateway::{self, Gateway, GwConfig, Role};
 use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
-use crate::markdown::{met, rate};
+use crate::markdown::{met, rate, ratio_range};
 use crate::sink::Sink;
 use crate::stats::{LatencySummary, Samples};
 
@@ -100,6 +100,8 @@ pub struct TopologyRun {
     pub non_2xx: u64,
     /// Every fixed-rate run kept up with its rate.
     pub kept_up: bool,
+    /// Ingest against the all-in-one's in the same round, one a round.
+    pub ingest_ratio_rounds: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -158,6 +160,16 @@ pub async fn run(ctx: &Ctx, sizes: Sizes) -> anyhow::Result<Topologies> {
     }
     for r in &mut out.runs {
         r.summarize();
+    }
+    let base: Vec<f64> = out.runs[0]
+        .segments
+        .iter()
+        .map(|s| s.ingest.throughput)
+        .collect();
+    for r in &mut out.runs {
+        r.ingest_ratio_rounds = (r.segments.iter().zip(&base))
+            .map(|(s, b)| s.ingest.throughput / b)
+            .collect();
     }
     let base = &out.runs[0];
     for r in &out.runs[1..] {
@@ -407,11 +419,12 @@ impl Topologies {
         for r in &self.runs[1..] {
             let _ = writeln!(
                 s,
-                "| {} vs all-in-one on one PostgreSQL (load spread over the api processes), {} alternated rounds | correct; overhead measured (no target) | ingest {} vs {} events/s, delivery {} vs {} /s; at {}/s ingest p99 {:.2} vs {:.2} ms, end-to-end p50 {:.2} vs {:.2} ms; {} | ingest {:.2}×, delivery {:.2}× | {} |",
+                "| {} vs all-in-one on one PostgreSQL (load spread over the api processes), {} alternated rounds | correct; overhead measured (no target) | ingest {} vs {} events/s{}, delivery {} vs {} /s; at {}/s ingest p99 {:.2} vs {:.2} ms, end-to-end p50 {:.2} vs {:.2} ms; {} | ingest {:.2}×, delivery {:.2}× | {} |",
                 r.name,
                 self.rounds,
                 rate(r.ingest_per_s),
                 rate(base.ingest_per_s),
+                per_round(&r.ingest_ratio_rounds),
                 rate(r.delivery_per_s),
                 rate(base.delivery_per_s),
                 rate(self.rate),
@@ -468,6 +481,14 @@ impl Topologies {
                 r.non_2xx
             );
         }
+    }
+}
+
+fn per_round(ratios: &[f64]) -> String {
+    if ratios.is_empty() {
+        String::new()
+    } else {
+        format!(" (per round {})", ratio_range(ratios))
     }
 }
 
