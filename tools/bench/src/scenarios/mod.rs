@@ -14,6 +14,7 @@ pub mod signatures;
 pub mod sqlite_loop;
 pub mod sustained;
 pub mod topology;
+pub mod topology_table;
 
 use std::time::Duration;
 
