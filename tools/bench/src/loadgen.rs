@@ -46,6 +46,8 @@ impl Ids {
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
     pub addr: SocketAddr,
+    /// Further ingest processes: connection i goes to `[addr, more_addrs...][i % n]`.
+    pub more_addrs: Vec<SocketAddr>,
     pub sources: Vec<SourceSpec>,
     pub mode: Mode,
     pub duration: Duration,
@@ -165,7 +167,6 @@ pub struct LoadOutcome {
 
 struct Shared {
     spec: LoadSpec,
-    host: String,
     next: AtomicU64,
     start: Instant,
     end: Instant,
@@ -196,15 +197,17 @@ pub async fn run(spec: LoadSpec) -> LoadOutcome {
     };
     // Every connection is opened before the clock starts.
     let start = Instant::now() + Duration::from_millis(300);
+    let addrs: Vec<SocketAddr> = std::iter::once(spec.addr)
+        .chain(spec.more_addrs.iter().copied())
+        .collect();
     let shared = Arc::new(Shared {
-        host: spec.addr.to_string(),
         next: AtomicU64::new(0),
         start,
         end: start + spec.duration,
         spec,
     });
     let handles: Vec<_> = (0..connections)
-        .map(|_| tokio::spawn(worker(shared.clone())))
+        .map(|i| tokio::spawn(worker(shared.clone(), addrs[i % addrs.len()])))
         .collect();
     let mut samples = Samples::with_capacity(1 << 16);
     let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
@@ -256,10 +259,11 @@ pub async fn run(spec: LoadSpec) -> LoadOutcome {
     }
 }
 
-async fn worker(shared: Arc<Shared>) -> WorkerResult {
+async fn worker(shared: Arc<Shared>, addr: SocketAddr) -> WorkerResult {
     let spec = &shared.spec;
+    let host = addr.to_string();
     let mut r = WorkerResult::default();
-    let mut conn = Conn::connect(spec.addr).await.ok();
+    let mut conn = Conn::connect(addr).await.ok();
     let mut buf = Vec::with_capacity(spec.body_size + 1024);
     tokio::time::sleep_until(shared.start.into()).await;
     loop {
@@ -299,12 +303,12 @@ async fn worker(shared: Arc<Shared>) -> WorkerResult {
                     }
                 };
                 let id = event_id(source.scheme, x);
-                build_request(&mut buf, &shared.host, source, &id, spec.body_size);
+                build_request(&mut buf, &host, source, &id, spec.body_size);
                 &buf
             }
         };
         if conn.is_none() {
-            match Conn::connect(spec.addr).await {
+            match Conn::connect(addr).await {
                 Ok(c) => conn = Some(c),
                 Err(_) => {
                     r.conn_errors += 1;

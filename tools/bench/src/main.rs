@@ -2,6 +2,7 @@
 //! writes the JSON results and the markdown table; each scenario also runs alone; `loadgen`
 //! and `sink` are the load generator and the receiving end on their own.
 
+mod cli;
 mod gateway;
 mod handler_latency;
 mod http1;
@@ -23,12 +24,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
+use cli::Common;
 use gateway::GatewayOpts;
 use report::Results;
 use scenarios::{
-    backlog, brokers, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained, Ctx,
+    backlog, brokers, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained,
+    topology, Ctx,
 };
 
 #[derive(Debug, Parser)]
@@ -83,6 +86,9 @@ enum Cmd {
     /// Valid ingest alone, under a flood of badly signed requests with the quarantine on, and
     /// under the same flood with it off: two gateways side by side, alternated.
     QuarantineFlood(Common),
+    /// 2 api + 2 worker processes on one PostgreSQL against 1 api + 1 worker and one
+    /// all-in-one, side by side: ingest, delivery, latencies, CPU per event, correctness.
+    Topology(Common),
     /// Hand-off to NATS JetStream and RabbitMQ from a backlog, each against a plain
     /// publish-and-await-ack loop with the same client, size and concurrency.
     Brokers(Common),
@@ -103,103 +109,6 @@ enum Cmd {
         #[arg(long, default_value = "bench/RESULTS.md")]
         markdown: PathBuf,
     },
-}
-
-#[derive(Debug, Clone, Args)]
-struct Common {
-    /// Short runs and small sizes: a smoke check of every step, not comparable figures.
-    #[arg(long)]
-    quick: bool,
-    /// The gateway binary (default: `hookgate` next to this binary).
-    #[arg(long)]
-    hookgate: Option<PathBuf>,
-    /// An existing PostgreSQL server to use as it is, without a database name (e.g.
-    /// postgres://postgres@127.0.0.1:5432). Default: a throwaway cluster of the suite's own,
-    /// configured for production (see bench/README.md).
-    #[arg(long)]
-    pg: Option<String>,
-    /// Leave the host's dirty-page writeback as it is. By default, with its own cluster, the
-    /// suite sets `vm.dirty_background_bytes` as docs/OPERATIONS.md recommends for a
-    /// database host, and restores it at the end.
-    #[arg(long)]
-    keep_host_writeback: bool,
-    /// The gateway's `database.max_connections`.
-    #[arg(long, default_value_t = 16)]
-    pool: u32,
-    /// The gateway's `worker.concurrency`. Large enough that the all-in-one scenarios
-    /// measure the gateway rather than its cap on deliveries in flight: with 32, a busy
-    /// machine's sink round trips bounded delivery, and new jobs the hand-off had no room
-    /// for took the dearer queue path (docs/decisions/delivery-slots-bound-all-in-one.md).
-    #[arg(long, default_value_t = 128)]
-    worker_concurrency: usize,
-    /// The sink destination's `max_in_flight` (as `--worker-concurrency`).
-    #[arg(long, default_value_t = 128)]
-    max_in_flight: usize,
-    /// RUST_LOG for the gateway (its logs go to a file in the work directory).
-    #[arg(long, default_value = "warn")]
-    rust_log: String,
-    /// Connections of the fixed-concurrency ingest runs.
-    #[arg(long, default_value_t = 64)]
-    concurrency: usize,
-    /// Connections available to fixed-rate runs.
-    #[arg(long, default_value_t = 64)]
-    rate_connections: usize,
-    /// `all` only: run just these scenarios (comma-separated) and merge them into the
-    /// existing results file, keeping the others from the run that measured them.
-    #[arg(long, value_delimiter = ',')]
-    only: Vec<String>,
-    /// Seconds of each measured ingest run (default 30, or 5 with --quick).
-    #[arg(long)]
-    seconds: Option<u64>,
-    /// Webhook body size, bytes.
-    #[arg(long, default_value_t = 512)]
-    body_size: usize,
-    /// Results file (default: bench/results/latest.json for `all`, quick.json with --quick,
-    /// else bench/results/<scenario>.json).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Markdown table (default: bench/RESULTS.md for `all`, bench/results/quick.md with --quick).
-    #[arg(long)]
-    markdown: Option<PathBuf>,
-    /// `signatures`: stores to measure ingest on (comma-separated: sqlite, pg; none:
-    /// verification alone).
-    #[arg(long, value_delimiter = ',', default_value = "sqlite")]
-    signature_stores: Vec<signatures::Store>,
-    /// `signatures`: an earlier gateway binary whose HMAC ingest takes turns with this
-    /// build's (e.g. built from the commit before a change to verification).
-    #[arg(long)]
-    baseline_hookgate: Option<PathBuf>,
-    /// `signatures`: what to call the baseline in the results (e.g. its commit).
-    #[arg(long, default_value = "baseline")]
-    baseline_label: String,
-    /// `signatures`: rounds of alternated segments (default 4, or 2 with --quick).
-    #[arg(long)]
-    signature_rounds: Option<usize>,
-    /// `signatures`: requests per segment (default 120,000, or 20,000 with --quick).
-    #[arg(long)]
-    signature_requests: Option<usize>,
-    /// `routes`: stores to measure on (comma-separated: sqlite, pg).
-    #[arg(long, value_delimiter = ',', default_value = "sqlite,pg")]
-    route_stores: Vec<signatures::Store>,
-    /// `routes`: rounds of alternated segments (default 8, or 2 with --quick).
-    #[arg(long)]
-    route_rounds: Option<usize>,
-    /// `routes`: requests per segment (default 60,000, or 20,000 with --quick).
-    #[arg(long)]
-    route_requests: Option<usize>,
-    /// `quarantine-flood`: stores to measure on (comma-separated: sqlite, pg).
-    #[arg(long, value_delimiter = ',', default_value = "sqlite,pg")]
-    flood_stores: Vec<signatures::Store>,
-    /// `quarantine-flood`: badly signed requests per second during the flood legs (above
-    /// the quarantine writer's 1,280 rows/s, so its pacing and drops are exercised).
-    #[arg(long, default_value_t = 2_000.0)]
-    flood_rate: f64,
-    /// `quarantine-flood`: rounds of alternated segments (default 6, or 2 with --quick).
-    #[arg(long)]
-    flood_rounds: Option<usize>,
-    /// `quarantine-flood`: seconds per segment (default 10, or 3 with --quick).
-    #[arg(long)]
-    flood_seconds: Option<u64>,
 }
 
 #[tokio::main]
@@ -230,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Signatures(c) => ("signatures", c),
         Cmd::Routes(c) => ("routes", c),
         Cmd::QuarantineFlood(c) => ("quarantine-flood", c),
+        Cmd::Topology(c) => ("topology", c),
         Cmd::Brokers(c) => ("brokers", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
@@ -392,6 +302,23 @@ async fn run(
         let out = quarantine_flood::run(&ctx, &common.flood_stores, sizes).await;
         record(&mut results, "quarantine-flood", &stamp, out, |r, v| {
             r.quarantine_flood = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("topology") {
+        section("topology: 2 api + 2 worker vs 1 + 1 vs all-in-one on one PostgreSQL");
+        let sizes = topology::Sizes {
+            rounds: common
+                .topology_rounds
+                .unwrap_or(if ctx.quick { 1 } else { 3 }),
+            seconds: common
+                .topology_seconds
+                .unwrap_or(if ctx.quick { 3 } else { 6 }),
+            rate: common.topology_rate,
+        };
+        let out = topology::run(&ctx, sizes).await;
+        record(&mut results, "topology", &stamp, out, |r, v| {
+            r.topology = Some(v)
         });
         finish(&mut results, clock, &json, None)?;
     }

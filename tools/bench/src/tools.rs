@@ -75,6 +75,7 @@ pub async fn loadgen(a: LoadgenArgs) -> anyhow::Result<()> {
     };
     let out = loadgen::run(loadgen::LoadSpec {
         addr,
+        more_addrs: Vec::new(),
         sources,
         mode,
         duration: a.duration,

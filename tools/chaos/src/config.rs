@@ -13,6 +13,9 @@ use crate::provider_api::API_KEY;
 pub const DEST_SECRET: &str = "whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleS0wMDAwMDAwMA==";
 /// Per-attempt timeout of the sink destination; a stall lasts longer than this.
 pub const DEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The workers' lease: a killed or paused worker's jobs go back to the queue this long
+/// after its last renewal.
+pub const LEASE: Duration = Duration::from_secs(5);
 /// How often the non-retrying provider's source is reconciled: short, so events lost in an
 /// outage are recovered well within the drain.
 pub const RECONCILE_INTERVAL: &str = "2s";
@@ -95,7 +98,7 @@ busy_timeout = "3s"
 
 [worker]
 concurrency = 32
-lease = "5s"
+lease = "{lease}s"
 poll_interval = "500ms"
 shutdown_grace = "2s"
 reconcile_interval = "2s"
@@ -147,6 +150,7 @@ max_in_flight = 16
         dest_secret = DEST_SECRET,
         schedule = schedule.join(", "),
         timeout = DEST_TIMEOUT.as_secs(),
+        lease = LEASE.as_secs(),
     )
 }
 

@@ -28,9 +28,16 @@ use crate::sink::{Mode, SinkState};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FaultEvent {
+    /// When it happened (a PostgreSQL restart: when it began), seconds since the run began.
     pub at_secs: f64,
     pub kind: String,
     pub detail: String,
+    /// The process slot a kill or a pause hit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// When a fault that lasts ended (a pause resumed, PostgreSQL was back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ends_secs: Option<f64>,
 }
 
 #[derive(Clone, Copy)]
@@ -128,12 +135,33 @@ impl Faults {
     }
 
     fn note(&self, kind: &str, detail: String) {
+        let now = self.started_at.elapsed().as_secs_f64();
+        self.note_at(FaultEvent {
+            at_secs: now,
+            kind: kind.to_owned(),
+            detail,
+            slot: None,
+            ends_secs: None,
+        });
+    }
+
+    fn note_at(&self, event: FaultEvent) {
+        eprintln!(
+            "chaos: +{:6.1}s fault {}: {}",
+            event.at_secs, event.kind, event.detail
+        );
+        self.log.lock().unwrap().push(event);
+    }
+
+    /// A kill or a pause (`lasts`) of slot `i`.
+    fn note_process(&self, kind: &str, i: usize, detail: String, lasts: Option<Duration>) {
         let at_secs = self.started_at.elapsed().as_secs_f64();
-        eprintln!("chaos: +{at_secs:6.1}s fault {kind}: {detail}");
-        self.log.lock().unwrap().push(FaultEvent {
+        self.note_at(FaultEvent {
             at_secs,
             kind: kind.to_owned(),
             detail,
+            slot: Some(self.procs.specs[i].name.clone()),
+            ends_secs: lasts.map(|d| at_secs + d.as_secs_f64()),
         });
     }
 
@@ -191,9 +219,11 @@ impl Faults {
                 .unwrap_or(false);
             if killed {
                 let spec = &self.procs.specs[i];
-                self.note(
+                self.note_process(
                     &format!("kill -9 {}", spec.kind.label()),
+                    i,
                     format!("{} (restart in {:.1}s)", spec.name, hold.as_secs_f64()),
+                    None,
                 );
             }
         }
@@ -221,9 +251,11 @@ impl Faults {
                     };
                     self.paused.lock().unwrap().push((i, pid));
                     let spec = &self.procs.specs[i];
-                    self.note(
+                    self.note_process(
                         &format!("pause (SIGSTOP) {}", spec.kind.label()),
+                        i,
                         format!("{} for {:.1}s", spec.name, d.as_secs_f64()),
+                        Some(d),
                     );
                     let me = self.clone();
                     tokio::spawn(async move {
@@ -277,14 +309,21 @@ impl Faults {
                     self.spare_reconciliation().await;
                     let cluster = self.cluster.clone();
                     let t = Instant::now();
+                    let began = self.started_at.elapsed().as_secs_f64();
                     let result =
                         tokio::task::spawn_blocking(move || cluster.restart(immediate)).await;
                     let mode = if immediate { "immediate" } else { "fast" };
                     match result {
-                        Ok(Ok(())) => self.note(
-                            "postgres restart",
-                            format!("-m {mode}, back after {:.1}s", t.elapsed().as_secs_f64()),
-                        ),
+                        Ok(Ok(())) => self.note_at(FaultEvent {
+                            at_secs: began,
+                            kind: "postgres restart".into(),
+                            detail: format!(
+                                "-m {mode}, back after {:.1}s",
+                                t.elapsed().as_secs_f64()
+                            ),
+                            slot: None,
+                            ends_secs: Some(self.started_at.elapsed().as_secs_f64()),
+                        }),
                         Ok(Err(e)) => {
                             self.note("postgres restart", format!("-m {mode} FAILED: {e}"));
                             let cluster = self.cluster.clone();

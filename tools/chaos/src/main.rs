@@ -9,6 +9,7 @@ mod broker;
 mod check;
 mod config;
 mod drain;
+mod duplicates;
 mod faults;
 mod load;
 mod ordered;
@@ -477,6 +478,21 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         .into_iter()
         .partition(|d| d.path.ends_with(ordered::PATH_SUFFIX));
     let ordered = ordered::check(&records, &ordered_deliveries, &postgres, &sqlite);
+    let mut fault_log = faults.log.lock().unwrap().clone();
+    fault_log.sort_by(|a, b| a.at_secs.total_cmp(&b.at_secs));
+    let slots: Vec<(String, Kind)> = (procs.specs.iter())
+        .map(|s| (s.name.clone(), s.kind))
+        .collect();
+    let duplicates = duplicates::attribute(
+        &sink.state.deliveries(),
+        &duplicates::Context {
+            attempts: &duplicates::read_attempts(&pg_url, &lite_db).await?,
+            faults: &fault_log,
+            slots_by_pid: &procs.slots_by_pid(),
+            slots: &slots,
+            lease_secs: config::LEASE.as_secs_f64(),
+        },
+    );
     let findings = check::check(&records, &deliveries, &postgres, &sqlite);
     let once = recovery::check_once(
         &records,
@@ -491,6 +507,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     violations.extend(once.violations());
     violations.extend(broker_findings.violations());
     violations.extend(ordered.violations());
+    violations.extend(duplicates.violations());
     let unexpected_exits = procs.unexpected_exits();
     if !unexpected_exits.is_empty() {
         warnings.push(format!(
@@ -503,7 +520,6 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 .join(", ")
         ));
     }
-    let fault_log = faults.log.lock().unwrap().clone();
     let report = Report {
         verdict: if violations.is_empty() {
             "PASS"
@@ -526,11 +542,13 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         once,
         broker: broker_findings,
         ordered,
+        duplicates,
         spared: (
             faults.spared.load(Ordering::Relaxed),
             faults.spare_gave_up.load(Ordering::Relaxed),
             cli.interrupt_reconciliation,
         ),
+        requests_by_process: report::requests_by_process(&records),
         faults_total: fault_log.len() as u64,
         faults: faults.counts(),
         starts: procs.start_counts(),
@@ -552,32 +570,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         eprintln!("chaos: report written to {}", path.display());
     }
     if cli.keep {
-        let deliveries_path = workdir.path("deliveries.jsonl");
-        let lines: Vec<String> = deliveries
-            .iter()
-            .map(|d| {
-                serde_json::json!({
-                    "at": d.at_secs, "path": d.path, "webhook_id": d.webhook_id,
-                    "provider_event_id": d.provider_event_id, "attempt": d.attempt,
-                    "answered": format!("{:?}", d.answered), "signature_ok": d.signature_ok,
-                })
-                .to_string()
-            })
-            .collect();
-        let _ = std::fs::write(deliveries_path, lines.join("\n"));
-        let mut recs: Vec<(&String, &load::EventRecord)> = records.iter().collect();
-        recs.sort_by(|a, b| a.0.cmp(b.0));
-        let lines: Vec<String> = recs
-            .iter()
-            .map(|(id, r)| {
-                serde_json::json!({
-                    "id": id, "target": r.target, "copies": r.copies,
-                    "attempts": r.attempts, "gave_up": r.gave_up,
-                })
-                .to_string()
-            })
-            .collect();
-        let _ = std::fs::write(workdir.path("sent.jsonl"), lines.join("\n"));
+        workdir.dump_history(&deliveries, &records);
     }
     let pass = report.violations.is_empty();
     drop(teardown);

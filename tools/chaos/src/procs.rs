@@ -79,6 +79,8 @@ pub struct Procs {
     started_at: Instant,
     unexpected: Mutex<Vec<UnexpectedExit>>,
     stopping: AtomicBool,
+    /// Every process started: (pid, slot), to name the process behind a worker id.
+    started: Mutex<Vec<(u32, usize)>>,
 }
 
 impl Procs {
@@ -99,6 +101,7 @@ impl Procs {
             started_at,
             unexpected: Mutex::default(),
             stopping: AtomicBool::new(false),
+            started: Mutex::default(),
         }
     }
 
@@ -133,6 +136,7 @@ impl Procs {
             }
             Ok(child) => {
                 st.starts += 1;
+                self.started.lock().unwrap().push((child.id(), i));
                 st.child = Some(child);
                 drop(st);
                 self.write_pids();
@@ -364,6 +368,14 @@ impl Procs {
 
     pub fn unexpected_exits(&self) -> Vec<UnexpectedExit> {
         self.unexpected.lock().unwrap().clone()
+    }
+
+    /// The slot name of every process started so far, by pid.
+    pub fn slots_by_pid(&self) -> std::collections::HashMap<u32, String> {
+        let started = self.started.lock().unwrap();
+        (started.iter())
+            .map(|&(pid, i)| (pid, self.specs[i].name.clone()))
+            .collect()
     }
 
     pub fn start_counts(&self) -> Vec<(String, u32, u32)> {

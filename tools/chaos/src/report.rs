@@ -35,9 +35,14 @@ pub struct Report {
     pub broker: BrokerFindings,
     /// The ordered destination: per-key order.
     pub ordered: crate::ordered::OrderedFindings,
+    /// Every extra accepted copy (both sink destinations) and what explains it.
+    pub duplicates: crate::duplicates::DuplicateFindings,
     /// Faults that waited for a reconciliation run to end; those that went ahead after the
     /// wait; whether faults could interrupt runs (`--interrupt-reconciliation`).
     pub spared: (u64, u64, bool),
+    /// Requests the load generator sent to each ingest process: the PostgreSQL share is
+    /// spread over both API processes.
+    pub requests_by_process: BTreeMap<String, u64>,
     pub faults_total: u64,
     pub faults: BTreeMap<String, u64>,
     /// (slot, starts, failed starts)
@@ -48,6 +53,17 @@ pub struct Report {
     pub violations: Vec<String>,
     pub warnings: Vec<String>,
     pub fault_log: Vec<FaultEvent>,
+}
+
+/// Requests sent (every attempt of every copy) per ingest process.
+pub fn requests_by_process(
+    records: &std::collections::HashMap<String, crate::load::EventRecord>,
+) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
+    for a in records.values().flat_map(|r| &r.attempts) {
+        *by.entry(a.slot.clone()).or_default() += 1;
+    }
+    by
 }
 
 fn answers_line(c: &AnswerCounts) -> String {
@@ -167,6 +183,7 @@ impl Report {
             b.unexpected.len()
         );
         let _ = writeln!(w, "            {}", self.ordered.line());
+        let _ = writeln!(w, "duplicates  {}", self.duplicates.line());
         if self.once.reconciled {
             let (spared, gave_up, interrupt) = self.spared;
             let _ = writeln!(
@@ -197,6 +214,10 @@ impl Report {
         for (k, c) in &f.answers_by_target {
             let _ = writeln!(w, "  {k:<9} {}", answers_line(c));
         }
+        let spread: Vec<String> = (self.requests_by_process.iter())
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(w, "  by process {}", spread.join(", "));
         let _ = writeln!(
             w,
             "acked       {} events answered 2xx; {} never (the provider gave up, or did not retry), of which {} stored anyway (the answer was lost, not the commit; or reconciliation)",
@@ -251,7 +272,7 @@ impl Report {
         );
         let _ = writeln!(
             w,
-            "  duplicate deliveries (allowed)         {} events, {} extra copies, {}",
+            "  duplicate deliveries to sink           {} events, {} extra copies, {}",
             f.duplicate_deliveries,
             f.extra_deliveries,
             if f.duplicate_deliveries_same_webhook_id {
@@ -259,6 +280,12 @@ impl Report {
             } else {
                 "WITH DIFFERENT webhook-ids"
             }
+        );
+        let _ = writeln!(
+            w,
+            "  duplicates unexplained (sink, ordered) {} of {} extra copies",
+            self.duplicates.unexplained.len(),
+            self.duplicates.extra
         );
         let _ = writeln!(
             w,
@@ -317,7 +344,11 @@ impl Report {
         );
         let _ = writeln!(w, "```text\n{}```\n", self.text());
         let f = &self.findings;
-        let details: [(&str, &Vec<String>); 13] = [
+        let details: [(&str, &Vec<String>); 14] = [
+            (
+                "Duplicate deliveries no fault explains",
+                &self.duplicates.unexplained,
+            ),
             ("Broker stream: stored events missing", &self.broker.missing),
             (
                 "Broker stream: events more than once",

@@ -32,6 +32,40 @@ impl WorkDir {
         self.root.join(name)
     }
 
+    /// With `--keep`: what the sink received (`deliveries.jsonl`) and what the load generator
+    /// sent and was answered (`sent.jsonl`).
+    pub fn dump_history(
+        &self,
+        deliveries: &[crate::sink::Delivery],
+        records: &std::collections::HashMap<String, crate::load::EventRecord>,
+    ) {
+        let lines: Vec<String> = deliveries
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "at": d.at_secs, "path": d.path, "webhook_id": d.webhook_id,
+                    "provider_event_id": d.provider_event_id, "attempt": d.attempt,
+                    "answered": format!("{:?}", d.answered), "signature_ok": d.signature_ok,
+                })
+                .to_string()
+            })
+            .collect();
+        let _ = std::fs::write(self.path("deliveries.jsonl"), lines.join("\n"));
+        let mut recs: Vec<(&String, &crate::load::EventRecord)> = records.iter().collect();
+        recs.sort_by(|a, b| a.0.cmp(b.0));
+        let lines: Vec<String> = recs
+            .iter()
+            .map(|(id, r)| {
+                serde_json::json!({
+                    "id": id, "target": r.target, "copies": r.copies,
+                    "attempts": r.attempts, "gave_up": r.gave_up,
+                })
+                .to_string()
+            })
+            .collect();
+        let _ = std::fs::write(self.path("sent.jsonl"), lines.join("\n"));
+    }
+
     /// Arms the watchdog; `pg_stop` is the argv that stops the cluster.
     pub fn spawn_watchdog(&self, pg_stop: &[String]) -> anyhow::Result<()> {
         let root = sh_join(&[self.root.display().to_string()]);

@@ -13,6 +13,8 @@ pub mod routes;
 pub mod signatures;
 pub mod sqlite_loop;
 pub mod sustained;
+pub mod topology;
+pub mod topology_table;
 
 use std::time::Duration;
 
@@ -53,6 +55,7 @@ impl Ctx {
     pub fn spec(&self, gw: &Gateway, mode: Mode, duration: Duration, ids: Ids) -> LoadSpec {
         LoadSpec {
             addr: gw.addr(),
+            more_addrs: Vec::new(),
             sources: bench_sources(),
             mode,
             duration,

@@ -317,6 +317,7 @@ async fn segment(
             .await?;
     let valid = LoadSpec {
         addr,
+        more_addrs: Vec::new(),
         sources: Vec::new(),
         mode: Mode::Concurrency(ctx.concurrency),
         duration: length,
@@ -327,6 +328,7 @@ async fn segment(
     };
     let bad = LoadSpec {
         addr,
+        more_addrs: Vec::new(),
         sources: vec![flood_source()],
         mode: Mode::Rate {
             per_sec: sizes.flood_rate,

@@ -374,6 +374,7 @@ async fn segment(
     let cpu_before = gw.cpu_seconds();
     let report = loadgen::run(LoadSpec {
         addr,
+        more_addrs: Vec::new(),
         sources: Vec::new(),
         mode: Mode::Concurrency(ctx.concurrency),
         duration: Duration::from_secs(600),

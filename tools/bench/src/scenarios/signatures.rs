@@ -526,6 +526,7 @@ async fn segment(ctx: &Ctx, leg: &Leg, gw: &Gateway, count: usize) -> anyhow::Re
     .await??;
     Ok(loadgen::run(LoadSpec {
         addr,
+        more_addrs: Vec::new(),
         sources: Vec::new(),
         mode: Mode::Concurrency(ctx.concurrency),
         duration: Duration::from_secs(600),
