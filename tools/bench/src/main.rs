@@ -28,7 +28,8 @@ use clap::{Args, Parser, Subcommand};
 use gateway::GatewayOpts;
 use report::Results;
 use scenarios::{
-    backlog, brokers, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained, Ctx,
+    backlog, brokers, delivery, e2e, ingest, partitions, quarantine_flood, routes, signatures,
+    sustained, Ctx,
 };
 
 #[derive(Debug, Parser)]
@@ -86,6 +87,17 @@ enum Cmd {
     /// Hand-off to NATS JetStream and RabbitMQ from a backlog, each against a plain
     /// publish-and-await-ack loop with the same client, size and concurrency.
     Brokers(Common),
+    /// PostgreSQL's time-partitioned layout against the unpartitioned one before it: ingest
+    /// statement rate, removing a day of stored events (time, WAL, ingest latency beside it),
+    /// and the migration's duration per million events.
+    Partitions {
+        #[command(flatten)]
+        common: Common,
+        /// Events stored over ten days for the retention and migration measurements
+        /// (default 2,000,000, or 200,000 with --quick).
+        #[arg(long)]
+        events: Option<u64>,
+    },
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -231,6 +243,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Routes(c) => ("routes", c),
         Cmd::QuarantineFlood(c) => ("quarantine-flood", c),
         Cmd::Brokers(c) => ("brokers", c),
+        Cmd::Partitions { common, .. } => ("partitions", common),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -400,6 +413,18 @@ async fn run(
         let out = brokers::run(&ctx).await;
         record(&mut results, "brokers", &stamp, out, |r, v| {
             r.brokers = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("partitions") {
+        section("partitions: time-partitioned vs unpartitioned PostgreSQL layout");
+        let events = match &cli.command {
+            Cmd::Partitions { events, .. } => *events,
+            _ => None,
+        };
+        let out = partitions::run(&ctx, events).await;
+        record(&mut results, "partitions", &stamp, out, |r, v| {
+            r.partitions = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;

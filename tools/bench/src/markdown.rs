@@ -320,6 +320,9 @@ pub fn render(r: &Results) -> String {
     for b in r.brokers.iter().flat_map(|b| &b.runs) {
         b.table_row(&mut s);
     }
+    if let Some(p) = &r.partitions {
+        p.table_rows(&mut s);
+    }
     details(&mut s, r);
     s
 }
@@ -465,6 +468,9 @@ fn details(s: &mut String, r: &Results) {
     }
     if let Some(q) = &r.quarantine_flood {
         q.details(s);
+    }
+    if let Some(p) = &r.partitions {
+        p.details(s);
     }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");

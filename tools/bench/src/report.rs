@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::gateway::GatewayOpts;
 use crate::scenarios::{
-    backlog, brokers, delivery, e2e, ingest, quarantine_result, routes, signatures, sustained,
+    backlog, brokers, delivery, e2e, ingest, partitions, quarantine_result, routes, signatures,
+    sustained,
 };
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -49,6 +50,7 @@ pub struct Results {
     pub routes: Option<routes::Routes>,
     pub quarantine_flood: Option<quarantine_result::QuarantineFlood>,
     pub brokers: Option<brokers::Brokers>,
+    pub partitions: Option<partitions::Partitions>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -82,6 +84,7 @@ impl Results {
         take!(routes, "routes");
         take!(quarantine_flood, "quarantine-flood");
         take!(brokers, "brokers");
+        take!(partitions, "partitions");
         // Scenarios that use no PostgreSQL leave the header's server as the run that
         // measured the others described it.
         if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {
