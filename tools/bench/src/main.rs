@@ -90,14 +90,7 @@ enum Cmd {
     /// PostgreSQL's time-partitioned layout against the unpartitioned one before it: ingest
     /// statement rate, removing a day of stored events (time, WAL, ingest latency beside it),
     /// and the migration's duration per million events.
-    Partitions {
-        #[command(flatten)]
-        common: Common,
-        /// Events stored over ten days for the retention and migration measurements
-        /// (default 2,000,000, or 200,000 with --quick).
-        #[arg(long)]
-        events: Option<u64>,
-    },
+    Partitions(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -212,6 +205,10 @@ struct Common {
     /// `quarantine-flood`: seconds per segment (default 10, or 3 with --quick).
     #[arg(long)]
     flood_seconds: Option<u64>,
+    /// `partitions`: events stored over ten days for the retention and migration
+    /// measurements (default 2,000,000, or 200,000 with --quick).
+    #[arg(long)]
+    events: Option<u64>,
 }
 
 #[tokio::main]
@@ -243,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Routes(c) => ("routes", c),
         Cmd::QuarantineFlood(c) => ("quarantine-flood", c),
         Cmd::Brokers(c) => ("brokers", c),
-        Cmd::Partitions { common, .. } => ("partitions", common),
+        Cmd::Partitions(c) => ("partitions", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -418,11 +415,7 @@ async fn run(
     }
     if wanted("partitions") {
         section("partitions: time-partitioned vs unpartitioned PostgreSQL layout");
-        let events = match &cli.command {
-            Cmd::Partitions { events, .. } => *events,
-            _ => None,
-        };
-        let out = partitions::run(&ctx, events).await;
+        let out = partitions::run(&ctx, common.events).await;
         record(&mut results, "partitions", &stamp, out, |r, v| {
             r.partitions = Some(v)
         });
