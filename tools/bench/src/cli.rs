@@ -101,6 +101,10 @@ pub struct Common {
     /// `quarantine-flood`: seconds per segment (default 10, or 3 with --quick).
     #[arg(long)]
     pub flood_seconds: Option<u64>,
+    /// `partitions`: events stored over ten days for the retention and migration
+    /// measurements (default 2,000,000, or 200,000 with --quick).
+    #[arg(long)]
+    pub events: Option<u64>,
     /// `topology`: rounds of one segment per topology (default 3, or 1 with --quick).
     #[arg(long)]
     pub topology_rounds: Option<usize>,

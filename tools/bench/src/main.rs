@@ -30,8 +30,8 @@ use cli::Common;
 use gateway::GatewayOpts;
 use report::Results;
 use scenarios::{
-    backlog, brokers, delivery, e2e, ingest, quarantine_flood, routes, signatures, sustained,
-    topology, Ctx,
+    backlog, brokers, delivery, e2e, ingest, partitions, quarantine_flood, routes, signatures,
+    sustained, topology, Ctx,
 };
 
 #[derive(Debug, Parser)]
@@ -92,6 +92,10 @@ enum Cmd {
     /// Hand-off to NATS JetStream and RabbitMQ from a backlog, each against a plain
     /// publish-and-await-ack loop with the same client, size and concurrency.
     Brokers(Common),
+    /// PostgreSQL's time-partitioned layout against the unpartitioned one before it: ingest
+    /// statement rate, removing a day of stored events (time, WAL, ingest latency beside it),
+    /// and the migration's duration per million events.
+    Partitions(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -141,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::QuarantineFlood(c) => ("quarantine-flood", c),
         Cmd::Topology(c) => ("topology", c),
         Cmd::Brokers(c) => ("brokers", c),
+        Cmd::Partitions(c) => ("partitions", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -327,6 +332,14 @@ async fn run(
         let out = brokers::run(&ctx).await;
         record(&mut results, "brokers", &stamp, out, |r, v| {
             r.brokers = Some(v)
+        });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("partitions") {
+        section("partitions: time-partitioned vs unpartitioned PostgreSQL layout");
+        let out = partitions::run(&ctx, common.events).await;
+        record(&mut results, "partitions", &stamp, out, |r, v| {
+            r.partitions = Some(v)
         });
     }
     finish(&mut results, clock, &json, md.as_ref())?;

@@ -323,6 +323,9 @@ pub fn render(r: &Results) -> String {
     if let Some(t) = &r.topology {
         t.table_rows(&mut s);
     }
+    if let Some(p) = &r.partitions {
+        p.table_rows(&mut s);
+    }
     details(&mut s, r);
     s
 }
@@ -471,6 +474,9 @@ fn details(s: &mut String, r: &Results) {
     }
     if let Some(t) = &r.topology {
         t.details(s);
+    }
+    if let Some(p) = &r.partitions {
+        p.details(s);
     }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::gateway::GatewayOpts;
 use crate::scenarios::{
-    backlog, brokers, delivery, e2e, ingest, quarantine_result, routes, signatures, sustained,
-    topology,
+    backlog, brokers, delivery, e2e, ingest, partitions, quarantine_result, routes, signatures,
+    sustained, topology,
 };
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -51,6 +51,7 @@ pub struct Results {
     pub quarantine_flood: Option<quarantine_result::QuarantineFlood>,
     pub brokers: Option<brokers::Brokers>,
     pub topology: Option<topology::Topologies>,
+    pub partitions: Option<partitions::Partitions>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -85,6 +86,7 @@ impl Results {
         take!(quarantine_flood, "quarantine-flood");
         take!(brokers, "brokers");
         take!(topology, "topology");
+        take!(partitions, "partitions");
         // Scenarios that use no PostgreSQL leave the header's server as the run that
         // measured the others described it.
         if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {

@@ -5,6 +5,7 @@ pub mod brokers;
 pub mod delivery;
 pub mod e2e;
 pub mod ingest;
+pub mod partitions;
 pub mod quarantine_flood;
 pub mod quarantine_result;
 pub mod route_load;
