@@ -332,7 +332,12 @@ pub fn rabbit_destination(
 }
 
 fn destination(mut table: serde_json::Value) -> hookgate::config::DestinationSettings {
-    table["retry_schedule"] = serde_json::json!(vec!["100ms"; 50]);
+    // Quick retries first, then a retry a second for two minutes: the tests that kill a
+    // broker wait for it to come back, and a RabbitMQ node on a loaded machine takes tens of
+    // seconds to restart; a job that ran out of retries meanwhile would be a dead letter.
+    let mut schedule = vec!["100ms"; 50];
+    schedule.extend(["1s"; 120]);
+    table["retry_schedule"] = serde_json::json!(schedule);
     table["timeout"] = serde_json::json!("2s");
     if table["stream"].is_null() {
         table.as_object_mut().unwrap().remove("stream");
