@@ -1,5 +1,5 @@
-//! 1. Ingest: each layout's statement, batches alternated on two fresh databases, and the
-//! insert loop that runs beside a removal.
+//! Ingest (step 1): each layout's statement, batches alternated on two fresh databases, and
+//! the insert loop that runs beside a removal.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! 2. Retention of a day each layout's way, 3. the migration of the unpartitioned layout.
+//! Retention of a day each layout's way (step 2), and the migration of the unpartitioned
+//! layout (step 3).
 
 use super::load::{insert_loop, summary};
 use super::*;
