@@ -181,11 +181,20 @@ pub async fn seed(
         eid = seeded_uuid("n", '8'),
         status = seed.job_status,
     );
+    // The dedupe keys ingest writes beside each event (`event_keys`), so a re-sent seeded
+    // event is a duplicate, as it would be of an ingested one.
+    let keys = format!(
+        "INSERT INTO event_keys (source, provider_event_id, event_id, received_at) \
+         SELECT 'stripe', 'evt_' || substr(md5(n::text), 1, 24), {eid}, \
+           now() - interval '7 days' + n * interval '1 millisecond' \
+         FROM generate_series($1::bigint, $2::bigint) AS n",
+        eid = seeded_uuid("n", '8'),
+    );
     let mut at = from;
     while at < to {
         let end = (at + chunk).min(to);
         let mut tx = pool.begin().await?;
-        for sql in [&events, &jobs] {
+        for sql in [&events, &keys, &jobs] {
             sqlx::query(sql)
                 .bind((at + 1) as i64)
                 .bind(end as i64)
