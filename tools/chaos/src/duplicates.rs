@@ -27,6 +27,9 @@ use crate::sink::{Answered, Delivery};
 /// A fault is noted just after it happens, a delivery when it arrives: allowance between
 /// the two clocks' readings.
 const SLACK_SECS: f64 = 0.5;
+/// How long before an attempt a database fault may have cut the connection its outcome is
+/// then written on (see `fits`).
+const DATABASE_LOOKBACK_SECS: f64 = 15.0;
 
 /// One `delivery_attempts` row of a job.
 #[derive(Debug, Clone)]
@@ -161,7 +164,12 @@ fn fits(f: &FaultEvent, w: What, t: f64, lease: f64) -> bool {
     let (start, end) = (f.at_secs, f.ends_secs.unwrap_or(f.at_secs));
     match w {
         // Down (or dead) at some point from the arrival to a lease later.
-        What::Kill | What::Database => start <= t + lease && end >= t - SLACK_SECS,
+        What::Kill => start <= t + lease && end >= t - SLACK_SECS,
+        // As a kill, or up to `DATABASE_LOOKBACK_SECS` before the arrival: a connection the
+        // cut closed is found dead only at its next use, and the outcome writer's held
+        // connection may sit idle that long, so the write after this attempt fails and the
+        // lease runs out.
+        What::Database => start <= t + lease && end >= t - DATABASE_LOOKBACK_SECS,
         What::Pause => {
             let stopped_before_recording = start >= t - SLACK_SECS && start <= t + lease;
             let sent_on_resuming = t >= end - SLACK_SECS && t <= end + lease;

@@ -205,6 +205,14 @@ fn a_database_fault_explains_postgres_duplicates_only() {
     );
     assert_eq!(f.violations().len(), 0);
 
+    // A connection cut a while before the attempt is found dead when its outcome is
+    // written; one cut long before is not this attempt's cause.
+    let cut = |at| fault("pg_terminate_backend", None, at, None);
+    let f = run(&deliveries, &attempts, &[cut(10.0 - 9.0)]);
+    assert_eq!(f.explained_by_database(), 1, "{f:?}");
+    let f = run(&deliveries, &attempts, &[cut(10.0 - 20.0)]);
+    assert_eq!(f.unexplained.len(), 1, "{f:?}");
+
     let (deliveries, attempts) = expired_once("/sqlite");
     let f = run(&deliveries, &attempts, &[restart]);
     assert_eq!(f.unexplained.len(), 1, "{f:?}");
