@@ -242,8 +242,20 @@ fn explain(
     cx: &Context<'_>,
 ) -> Result<(String, What), String> {
     let attempt = i64::from(d.attempt.ok_or("no hookgate-attempt header")?);
+    let t = d.at_secs;
     if succeeded.contains(&attempt) {
-        return Err("the same attempt was accepted twice".into());
+        // A claim commits without waiting for its WAL flush (`PgStore::relaxed`): a crash of
+        // PostgreSQL can lose it after its delivery went out, and the job is then claimed
+        // again under the same attempt number, so two copies carry it.
+        let crash = (cx.faults.iter()).find(|f| {
+            store == Store::Postgres
+                && f.kind == "postgres restart"
+                && fits(f, What::Database, t, cx.lease_secs)
+        });
+        return match crash {
+            Some(f) => Ok((f.kind.clone(), What::Database)),
+            None => Err("the same attempt was accepted twice".into()),
+        };
     }
     let of_attempt: Vec<&AttemptRow> = rows.iter().filter(|r| r.attempt == attempt).collect();
     if !of_attempt.iter().any(|r| r.outcome == "lease_expired") {
@@ -269,7 +281,6 @@ fn explain(
         Some(l) => l == slot,
         None => kind_of.get(slot) == Some(&holder_kind),
     };
-    let t = d.at_secs;
     let nearest = |ok: &dyn Fn(&FaultEvent, What) -> bool| {
         (cx.faults.iter())
             .filter_map(|f| what(f).map(|w| (f, w)))

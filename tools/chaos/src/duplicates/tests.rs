@@ -153,6 +153,22 @@ fn a_duplicate_whose_lease_never_expired_is_unexplained_whatever_the_faults() {
     ];
     let f = run(&twice, &attempts, &[]);
     assert!(f.unexplained[0].contains("accepted twice"), "{f:?}");
+
+    // Unless PostgreSQL crashed then: the claim (committed without waiting for its flush)
+    // was lost, and the job claimed again under the same attempt number. A cut connection
+    // loses no commit, and SQLite's claims are durable.
+    let crash = fault("postgres restart", None, 10.1, Some(10.7));
+    let f = run(&twice, &attempts, std::slice::from_ref(&crash));
+    assert_eq!(f.explained_by_database(), 1, "{f:?}");
+    let cut = fault("pg_terminate_backend", None, 10.1, None);
+    assert_eq!(run(&twice, &attempts, &[cut]).unexplained.len(), 1);
+    let lite_twice = vec![copy("/sqlite", "e", 2, 10.0), copy("/sqlite", "e", 2, 10.2)];
+    let mut lite = Attempts::new();
+    lite.insert(
+        ("e".into(), "sink".into()),
+        attempts[&("e".into(), "sink".into())].clone(),
+    );
+    assert_eq!(run(&lite_twice, &lite, &[crash]).unexplained.len(), 1);
 }
 
 #[test]
