@@ -73,19 +73,18 @@ impl Store {
         received_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        let sql = format!(
-            "DELETE FROM events WHERE id IN (SELECT e.id FROM events e \
-             WHERE e.received_at < $1 AND {SETTLED} ORDER BY e.received_at LIMIT $2)"
-        );
         match self {
             Store::Postgres(s) => s.delete_settled(None, received_before, limit).await,
             // Jobs and attempts go by the foreign keys' cascade.
-            Store::Sqlite(s) => Ok(sqlx::query(&sql)
-                .bind(At(received_before))
-                .bind(limit)
-                .execute(&s.pool)
-                .await?
-                .rows_affected()),
+            Store::Sqlite(s) => Ok(sqlx::query(&format!(
+                "DELETE FROM events WHERE id IN (SELECT e.id FROM events e \
+                 WHERE e.received_at < $1 AND {SETTLED} ORDER BY e.received_at LIMIT $2)"
+            ))
+            .bind(At(received_before))
+            .bind(limit)
+            .execute(&s.pool)
+            .await?
+            .rows_affected()),
         }
     }
 
@@ -167,7 +166,7 @@ impl Store {
 }
 
 /// Runs `step` until a batch comes back short of `batch`; the total.
-async fn drain<F, Fut>(batch: i64, mut step: F) -> Result<u64, StoreError>
+pub(super) async fn drain<F, Fut>(batch: i64, mut step: F) -> Result<u64, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<u64, StoreError>>,

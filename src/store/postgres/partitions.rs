@@ -360,19 +360,15 @@ impl PgStore {
             WHERE k.received_at < $1 AND NOT EXISTS (SELECT 1 FROM events e \
                 WHERE e.id = k.event_id) \
             ORDER BY k.received_at LIMIT $2)";
-        let mut total = 0;
-        loop {
-            let n = sqlx::query(SQL)
+        crate::store::retention::drain(batch, || async {
+            Ok(sqlx::query(SQL)
                 .bind(received_before)
                 .bind(batch)
                 .execute(&self.pool)
                 .await?
-                .rows_affected();
-            total += n;
-            if n < batch as u64 {
-                return Ok(total);
-            }
-        }
+                .rows_affected())
+        })
+        .await
     }
 }
 
