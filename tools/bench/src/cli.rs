@@ -92,7 +92,8 @@ pub struct Common {
     #[arg(long, value_delimiter = ',', default_value = "sqlite,pg")]
     pub flood_stores: Vec<signatures::Store>,
     /// `quarantine-flood`: badly signed requests per second during the flood legs (above
-    /// the quarantine writer's 1,280 rows/s, so its pacing and drops are exercised).
+    /// the source's admission, 64 requests/s, and the quarantine writer's pace, so their
+    /// drops are exercised).
     #[arg(long, default_value_t = 2_000.0)]
     pub flood_rate: f64,
     /// `quarantine-flood`: rounds of alternated segments (default 6, or 2 with --quick).

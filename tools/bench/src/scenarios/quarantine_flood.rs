@@ -1,11 +1,14 @@
-//! What a flood of badly signed requests costs valid ingest with the quarantine on. Two
+//! What a flood of badly signed requests costs valid ingest with the quarantine on. Three
 //! gateways (role `api`), each on its own store, run side by side: one with the quarantine
-//! on (small bounds, so eviction runs), one with `[quarantine] enabled = false`. Three legs
-//! alternate in rounds (forward, then backward): valid Stripe ingest alone on the
-//! quarantine-on gateway; the same valid load while a second load generator floods the
-//! same gateway with requests signed with a wrong secret at a fixed rate; and the same
-//! valid load and flood on the quarantine-off gateway. The flood's rate is above the
-//! writer's 1,280 rows/s, so its pacing and the queue's drops are part of what is measured.
+//! on (small bounds, so eviction runs), one with `[quarantine] enabled = false`, and a third
+//! (quarantine on) that takes only the valid load. Three legs alternate in rounds (forward,
+//! then backward): valid Stripe ingest alone on the third gateway; the same valid load while
+//! a second load generator floods the quarantine-on gateway with requests signed with a
+//! wrong secret at a fixed rate; and the same valid load and flood on the quarantine-off
+//! gateway. The two flooded gateways' stores so grow alike: a leg that ingested into a
+//! store twice the size of the other's would pay for the size, not for the quarantine. The
+//! flood's rate is above the source's admission (64 requests/s, bursts of 512) and the
+//! writer's pace, so the admission's and the queue's drops are part of what is measured.
 //! Valid requests are built and signed before each segment (as in `routes`); the flood is
 //! signed as it is sent, the same work on both flood legs. Segments are timed (both load
 //! generators run for the same span), not counted, so the flood covers the whole segment.
@@ -36,8 +39,7 @@ const WRONG_SECRET: &str = "whsec_not_the_bench_stripe_secret_987654";
 /// The quarantine-on gateway's bounds: small, so the run reaches them and evicts.
 pub const MAX_PER_SOURCE: i64 = 500;
 pub const MAX_BYTES_PER_SOURCE: i64 = 1024 * 1024;
-/// A pause between segments: the writer drains its queue (at most 1,024 rows at 1,280 rows/s)
-/// before the next leg, so one leg's flood work does not fall on another leg.
+/// A pause between segments: the writer drains what it admitted before the next leg, so one leg's flood work does not fall on another leg.
 const SETTLE: Duration = Duration::from_millis(1_500);
 
 /// The scenario's sizes.
@@ -80,6 +82,7 @@ async fn on_store(ctx: &Ctx, store: Store, sizes: Sizes) -> anyhow::Result<Flood
             let names = [
                 "quarantine-on.db".to_owned(),
                 "quarantine-off.db".to_owned(),
+                "quarantine-alone.db".to_owned(),
             ];
             let settings = "SQLite, the gateway's default (WAL, synchronous=FULL)".to_owned();
             (names.clone().map(|n| ctx.sqlite_url(&n)), names, settings)
@@ -88,6 +91,7 @@ async fn on_store(ctx: &Ctx, store: Store, sizes: Sizes) -> anyhow::Result<Flood
         Store::Postgres => {
             let on = ctx.pg.create_db("quarantine_on").await?;
             let off = ctx.pg.create_db("quarantine_off").await?;
+            let alone = ctx.pg.create_db("quarantine_alone").await?;
             let mut settings = Vec::new();
             for name in ["shared_buffers", "max_wal_size", "synchronous_commit"] {
                 let value = ctx.pg.setting(name).await.unwrap_or_default();
@@ -98,7 +102,8 @@ async fn on_store(ctx: &Ctx, store: Store, sizes: Sizes) -> anyhow::Result<Flood
                 ctx.pg.setting("server_version").await.unwrap_or_default(),
                 settings.join(", ")
             );
-            ([ctx.pg.url(&on), ctx.pg.url(&off)], [on, off], settings)
+            let urls = [ctx.pg.url(&on), ctx.pg.url(&off), ctx.pg.url(&alone)];
+            (urls, [on, off, alone], settings)
         }
     };
     println!("  on {store_settings}");
@@ -139,11 +144,11 @@ fn rounds_line(r: &[f64]) -> String {
         .join(", ")
 }
 
-/// The three legs on the two gateways: warm-up, alternated rounds, then the stores' tables.
+/// The three legs on the three gateways: warm-up, alternated rounds, then the stores' tables.
 async fn measure(
     ctx: &Ctx,
     store: Store,
-    urls: &[String; 2],
+    urls: &[String; 3],
     sizes: Sizes,
 ) -> anyhow::Result<FloodStore> {
     let tag = match store {
@@ -164,6 +169,20 @@ async fn measure(
         &format!("quarantine-off-{tag}"),
     )
     .await?;
+    let alone = Gateway::start(
+        &ctx.gw,
+        &gw_config(&urls[2], true),
+        Role::Api,
+        &format!("quarantine-alone-{tag}"),
+    )
+    .await?;
+    // The leg's gateway: the flooded legs by whether the quarantine is on, the valid load
+    // alone on its own.
+    let gateway_of = |leg: &FloodLeg| match (leg.flood, leg.quarantine) {
+        (false, _) => &alone,
+        (true, true) => &on,
+        (true, false) => &off,
+    };
     let mut legs: Vec<FloodLeg> = [
         ("alone", true, false),
         ("flood+quarantine", true, true),
@@ -181,7 +200,7 @@ async fn measure(
     // Prebuilt requests must outlast a segment; the fastest rate seen so far sizes them.
     let mut fastest = 5_000.0_f64;
     for leg in &legs {
-        let gw = if leg.quarantine { &on } else { &off };
+        let gw = gateway_of(leg);
         let (r, flood, _) = segment(ctx, gw, leg.flood, seconds / 2, fastest, sizes).await?;
         println!("    warm-up {:>20}: {}", leg.name, r.line());
         if let Some(f) = &flood {
@@ -205,8 +224,8 @@ async fn measure(
             order.reverse();
         }
         for i in order {
+            let gw = gateway_of(&legs[i]);
             let leg = &mut legs[i];
-            let gw = if leg.quarantine { &on } else { &off };
             let (r, flood, cpu_s) = segment(ctx, gw, leg.flood, seconds, fastest, sizes).await?;
             fastest = fastest.max(r.throughput);
             let cpu_us = cpu_s * 1e6 / r.ok_2xx.max(1) as f64;
@@ -252,6 +271,7 @@ async fn measure(
     };
     on.stop().await?;
     off.stop().await?;
+    alone.stop().await?;
     for leg in &mut legs {
         result::pool(leg);
     }
