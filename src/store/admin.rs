@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use super::codec::{At, Id};
 use super::rows::{EventRow, JobRow, SummaryRow, EVENT_COLUMNS, JOB_COLUMNS, SUMMARY_COLUMNS};
 use super::{
-    admin_sql, codec, BulkProgress, DeadLetterFilter, EventFilter, EventSummary, JobWithEvent,
-    NewJob, PageCursor, ProgressKey, ReplayRouting, SavedResponse, Store, StoreError, StoredEvent,
-    StoredJob,
+    admin_sql, codec, BulkProgress, DeadLetterFilter, EventFilter, EventSummary, JobFromEventSql,
+    JobWithEvent, NewJob, PageCursor, ProgressKey, ReplayRouting, SavedResponse, Store, StoreError,
+    StoredEvent, StoredJob,
 };
 use crate::domain::JobId;
 
@@ -39,34 +39,24 @@ impl TryFrom<JobWithEventRow> for JobWithEvent {
 /// the event finds no row and inserts nothing). SQLite's foreign key does the same.
 macro_rules! insert_job {
     ($self:ident, $tx:ident, $job:expr, $now:expr) => {
-        sqlx::query(match $self {
-            Store::Postgres(_) => INSERT_JOB_LOCKING,
-            Store::Sqlite(_) => INSERT_JOB,
-        })
-        .bind(Id::from($job.id))
-        .bind(Id::from($job.event_id))
-        .bind(&$job.destination)
-        .bind(At($now))
-        .bind($job.ordering.as_ref().map(|o| o.key.as_str()))
-        .bind($job.ordering.as_ref().is_some_and(|o| o.hold))
-        .execute(&mut *$tx)
-        .await?
+        sqlx::query(INSERT_JOB.for_store($self))
+            .bind(Id::from($job.id))
+            .bind(Id::from($job.event_id))
+            .bind(&$job.destination)
+            .bind(At($now))
+            .bind($job.ordering.as_ref().map(|o| o.key.as_str()))
+            .bind($job.ordering.as_ref().is_some_and(|o| o.hold))
+            .execute(&mut *$tx)
+            .await?
     };
 }
 
-macro_rules! insert_job_sql {
-    ($lock:literal) => {
-        concat!(
-            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-             created_at, updated_at, ordering_key, ordering_hold) \
-             SELECT $1, e.id, $3, 'pending', 0, $4, $4, $4, $5, $6 FROM events e \
-             WHERE e.id = $2",
-            $lock
-        )
-    };
-}
-const INSERT_JOB: &str = insert_job_sql!("");
-const INSERT_JOB_LOCKING: &str = insert_job_sql!(" FOR KEY SHARE OF e");
+const INSERT_JOB: JobFromEventSql = job_from_event_sql!(
+    "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+     created_at, updated_at, ordering_key, ordering_hold) \
+     SELECT $1, e.id, $3, 'pending', 0, $4, $4, $4, $5, $6 FROM events e \
+     WHERE e.id = $2"
+);
 
 impl Store {
     /// Events of the filter's tenant, newest first, after the keyset position `after`.

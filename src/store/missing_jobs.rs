@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::codec::{At, Id};
 use super::rows::{EventRow, EVENT_COLUMNS};
-use super::{ArrivalCursor, Store, StoreError, StoredEvent};
+use super::{ArrivalCursor, JobFromEventSql, Store, StoreError, StoredEvent};
 use crate::domain::{EventId, JobId};
 
 /// The next `$4` events of source `$1` after the cursor (`$2`, `$3`), in arrival order
@@ -24,20 +24,13 @@ const SCAN: &str = "\
 /// Creates job `$1` for event `$2` and destination `$3`, due at `$5`, unless the event has a
 /// job for that destination already or was purged or deleted meanwhile. PostgreSQL locks
 /// the event row as the job goes in (see `admin::insert_job`).
-macro_rules! create_sql {
-    ($lock:literal) => {
-        concat!(
-            "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-                created_at, updated_at, ordering_key, ordering_hold) \
-            SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4, $6, $7 FROM events e \
-            WHERE e.id = $2 AND e.purged_at IS NULL AND NOT EXISTS ( \
-                SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $3)",
-            $lock
-        )
-    };
-}
-const CREATE: &str = create_sql!("");
-const CREATE_LOCKING: &str = create_sql!(" FOR KEY SHARE OF e");
+const CREATE: JobFromEventSql = job_from_event_sql!(
+    "INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
+     created_at, updated_at, ordering_key, ordering_hold) \
+     SELECT $1, e.id, $3, 'pending', 0, $5, $4, $4, $6, $7 FROM events e \
+     WHERE e.id = $2 AND e.purged_at IS NULL AND NOT EXISTS ( \
+         SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.destination = $3)"
+);
 
 /// One step of the scan: the events read that another configuration routed, and where to go
 /// on from.
@@ -120,11 +113,7 @@ impl Store {
         let created = in_write_tx!(self, tx => {
             let mut created = 0;
             for job in jobs {
-                let create = match self {
-                    Store::Postgres(_) => CREATE_LOCKING,
-                    Store::Sqlite(_) => CREATE,
-                };
-                created += sqlx::query(create)
+                created += sqlx::query(CREATE.for_store(self))
                     .bind(Id::from(JobId::for_event(job.event)))
                     .bind(Id::from(job.event))
                     .bind(job.destination.as_str())

@@ -83,6 +83,34 @@ macro_rules! bind_built {
     };
 }
 
+/// A statement that inserts a job from its event row `e`, in the backend's form: as written
+/// for SQLite, whose foreign key checks the event; with `FOR KEY SHARE OF e` for PostgreSQL,
+/// where no foreign key ties the partitioned tables, so the statement takes the lock the
+/// key's check took and the event cannot be deleted before the job commits.
+macro_rules! job_from_event_sql {
+    ($sql:literal) => {
+        JobFromEventSql {
+            sqlite: $sql,
+            postgres: concat!($sql, " FOR KEY SHARE OF e"),
+        }
+    };
+}
+
+/// Both forms of a `job_from_event_sql!` statement.
+struct JobFromEventSql {
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+impl JobFromEventSql {
+    fn for_store(&self, store: &Store) -> &'static str {
+        match store {
+            Store::Postgres(_) => self.postgres,
+            Store::Sqlite(_) => self.sqlite,
+        }
+    }
+}
+
 #[macro_use]
 mod idempotency;
 mod admin;
@@ -120,7 +148,7 @@ pub use group_commit::{GroupCommit, Pacing};
 pub use missing_jobs::{MissingJob, RerouteScan};
 pub use postgres::PgStore;
 #[doc(hidden)]
-pub use postgres::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL};
+pub use postgres::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL, INSERT_BATCH_FAST_SQL};
 pub use quarantine::{NewQuarantined, QuarantineFilter, QuarantineSummary, Quarantined, Walk};
 pub use queue::JobWaker;
 pub use reconciliation::{ReconciliationEnd, ReconciliationRun, ReconciliationState};
