@@ -128,6 +128,63 @@ async fn an_event_its_jobs_and_replays_share_a_partition_that_retention_drops_wh
     assert_eq!(app.store.count_events().await.unwrap(), 0);
 }
 
+/// A replay's job takes its event's time range, not the time of the replay: an event whose
+/// id lies in a partition two days ahead (moved there by updating its id, which moves the
+/// row) gets, when replayed now, a job in that partition's range. A job id made at the time
+/// of the replay would land in the current partition and fail this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_an_event_in_another_partition_puts_its_job_there() {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(Backend::Postgres, &sink, |_| {}).await;
+    let db = pool(&app).await;
+    let now_id = app.ingest_stripe("evt_part_elsewhere").await;
+    let millis = u64::try_from(days(2).timestamp_millis()).unwrap();
+    let moved = EventId::from_uuid(
+        uuid::Builder::from_unix_timestamp_millis(millis, &[7u8; 10]).into_uuid(),
+    );
+    let mut tx = db.begin().await.unwrap();
+    for sql in [
+        "DELETE FROM jobs WHERE event_id = $1",
+        "UPDATE events SET id = $2 WHERE id = $1",
+        "UPDATE event_keys SET event_id = $2 WHERE event_id = $1",
+    ] {
+        sqlx::query(sql)
+            .bind(now_id.as_uuid())
+            .bind(moved.as_uuid())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let r = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            &format!("/events/{moved}/replay"),
+            Some(r#"{"destinations":["audit"]}"#),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    let events = "SELECT tableoid::regclass::text FROM events WHERE id = $1";
+    let jobs = "SELECT tableoid::regclass::text FROM jobs WHERE event_id = $1";
+    let event_partition = partitions_of(&db, events, moved).await;
+    let job_partitions = partitions_of(&db, jobs, moved).await;
+    assert_eq!(event_partition.len(), 1, "{event_partition:?}");
+    assert_eq!(job_partitions.len(), 1, "{job_partitions:?}");
+    assert_ne!(range_of(&event_partition[0]), "legacy", "moved ahead");
+    assert_eq!(
+        range_of(&job_partitions[0]),
+        range_of(&event_partition[0]),
+        "{job_partitions:?} {event_partition:?}"
+    );
+    // The job is found through its id like any other, and delivered.
+    sink.always("/audit", Answer::status(200));
+    app.worker().run_once().await.unwrap();
+    assert_eq!(app.job(moved, "audit").await.status, JobStatus::Succeeded);
+}
+
 /// A plan node: its type, the relation it reads, and how often it ran (EXPLAIN ANALYZE).
 #[derive(Debug)]
 struct Node {
