@@ -5,6 +5,7 @@ mod partitions;
 
 /// The queue's statements, for the tests that read their plans.
 #[doc(hidden)]
+pub use ingest::INSERT_BATCH_FAST_SQL;
 pub use queue::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL};
 mod queue;
 mod wakeups;

@@ -56,8 +56,9 @@ macro_rules! insert_batch_sql {
     };
 }
 
-/// Plain inserts: any copy of a stored event makes the whole statement fail (23505).
-const INSERT_BATCH_FAST_SQL: &str = insert_batch_sql!("");
+/// Plain inserts: any copy of a stored event makes the whole statement fail (23505). Public
+/// for the bench, which measures it against the statement before partitioning.
+pub const INSERT_BATCH_FAST_SQL: &str = insert_batch_sql!("");
 /// ON CONFLICT waits for a concurrent inserter of the same key, so exactly one transaction
 /// creates a key (and its event), and skips copies of stored events.
 const INSERT_BATCH_SQL: &str =

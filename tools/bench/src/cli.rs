@@ -66,11 +66,14 @@ pub struct Common {
     /// verification alone).
     #[arg(long, value_delimiter = ',', default_value = "sqlite")]
     pub signature_stores: Vec<signatures::Store>,
-    /// `signatures`: an earlier gateway binary whose HMAC ingest takes turns with this
-    /// build's (e.g. built from the commit before a change to verification).
+    /// `signatures` and `partitions-gateway`: an earlier gateway binary whose ingest takes
+    /// turns with this build's (`signatures`: HMAC, e.g. built from the commit before a
+    /// change to verification; `partitions-gateway`: a build from b66f21d, before
+    /// partitioning).
     #[arg(long)]
     pub baseline_hookgate: Option<PathBuf>,
-    /// `signatures`: what to call the baseline in the results (e.g. its commit).
+    /// `signatures` and `partitions-gateway`: what to call the baseline in the results (e.g.
+    /// its commit).
     #[arg(long, default_value = "baseline")]
     pub baseline_label: String,
     /// `signatures`: rounds of alternated segments (default 4, or 2 with --quick).

@@ -96,6 +96,9 @@ enum Cmd {
     /// statement rate, removing a day of stored events (time, WAL, ingest latency beside it),
     /// and the migration's duration per million events.
     Partitions(Common),
+    /// Ingest through the gateway on PostgreSQL, this build against a baseline binary built
+    /// before partitioning (`--baseline-hookgate`), alternated segments.
+    PartitionsGateway(Common),
     /// Send signed webhooks to a running gateway and report throughput and latency.
     Loadgen(tools::LoadgenArgs),
     /// Run the benchmark sink until Ctrl-C, printing what it receives each second.
@@ -146,6 +149,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Topology(c) => ("topology", c),
         Cmd::Brokers(c) => ("brokers", c),
         Cmd::Partitions(c) => ("partitions", c),
+        Cmd::PartitionsGateway(c) => ("partitions-gateway", c),
         Cmd::Loadgen(_) | Cmd::Sink { .. } | Cmd::Report { .. } => unreachable!("handled above"),
     };
     let work_dir = std::env::temp_dir().join(format!("hookgate-bench-{}", std::process::id()));
@@ -341,6 +345,25 @@ async fn run(
         record(&mut results, "partitions", &stamp, out, |r, v| {
             r.partitions = Some(v)
         });
+        finish(&mut results, clock, &json, None)?;
+    }
+    if wanted("partitions-gateway") {
+        section(
+            "partitions-gateway: ingest through this build against one from before partitioning",
+        );
+        match &common.baseline_hookgate {
+            Some(bin) => {
+                let baseline = signatures::Baseline {
+                    bin: bin.clone(),
+                    label: common.baseline_label.clone(),
+                };
+                let out = partitions::through_gateway::run(&ctx, &baseline).await;
+                record(&mut results, "partitions-gateway", &stamp, out, |r, v| {
+                    r.partitions_gateway = Some(v)
+                });
+            }
+            None => println!("  skipped: it needs --baseline-hookgate (a build from b66f21d)"),
+        }
     }
     finish(&mut results, clock, &json, md.as_ref())?;
     println!("\n{}", markdown::render(&results));

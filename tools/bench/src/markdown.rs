@@ -326,6 +326,9 @@ pub fn render(r: &Results) -> String {
     if let Some(p) = &r.partitions {
         p.table_rows(&mut s);
     }
+    if let Some(g) = &r.partitions_gateway {
+        g.table_row(&mut s);
+    }
     details(&mut s, r);
     s
 }
@@ -477,6 +480,9 @@ fn details(s: &mut String, r: &Results) {
     }
     if let Some(p) = &r.partitions {
         p.details(s);
+    }
+    if let Some(g) = &r.partitions_gateway {
+        g.details(s);
     }
     if !r.errors.is_empty() {
         let _ = writeln!(s, "\nScenarios that failed in this run:\n");

@@ -52,6 +52,7 @@ pub struct Results {
     pub brokers: Option<brokers::Brokers>,
     pub topology: Option<topology::Topologies>,
     pub partitions: Option<partitions::Partitions>,
+    pub partitions_gateway: Option<partitions::through_gateway::PartitionsGateway>,
     /// Scenarios that failed, with their error.
     pub errors: Vec<String>,
     /// When (and on which commit) each scenario ran: the same for all after a plain run,
@@ -87,6 +88,7 @@ impl Results {
         take!(brokers, "brokers");
         take!(topology, "topology");
         take!(partitions, "partitions");
+        take!(partitions_gateway, "partitions-gateway");
         // Scenarios that use no PostgreSQL leave the header's server as the run that
         // measured the others described it.
         if rerun.iter().all(|r| NO_POSTGRES.contains(&r.as_str())) {

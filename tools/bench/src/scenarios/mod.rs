@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::gateway::{Gateway, GatewayOpts, GwConfig, Role};
 use crate::handler_latency::{self, HandlerLatency};
 use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
-use crate::payload::{bench_sources, SourceSpec};
+use crate::payload::{self, bench_sources, Scheme, SourceSpec};
 use crate::pg::PgServer;
 
 /// Everything a scenario needs to know about this run.
@@ -133,5 +133,20 @@ pub fn stripe_only() -> Vec<SourceSpec> {
     bench_sources()
         .into_iter()
         .filter(|s| s.name == "stripe")
+        .collect()
+}
+
+/// `count` validly signed Stripe requests with fresh ids, built before a segment so that the
+/// load generator's signing is not part of what it measures.
+pub fn stripe_requests(host: &str, count: usize, body_size: usize) -> Vec<Vec<u8>> {
+    let source = stripe_only().remove(0);
+    let offset = fastrand::u64(..);
+    (0..count as u64)
+        .map(|i| {
+            let mut out = Vec::with_capacity(body_size + 512);
+            let id = payload::event_id(Scheme::Stripe, offset.wrapping_add(i));
+            payload::build_request(&mut out, host, &source, &id, body_size);
+            out
+        })
         .collect()
 }

@@ -29,7 +29,7 @@ use super::Ctx;
 use crate::gateway::{Gateway, GwConfig, Role};
 use crate::http1::Conn;
 use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
-use crate::payload::{self, Scheme, SourceSpec};
+use crate::payload::{Scheme, SourceSpec};
 
 /// The source the flood goes to: the one the valid load uses, as an attacker or a
 /// misconfigured sender would.
@@ -332,9 +332,10 @@ async fn segment(
     let addr = gw.addr();
     let body_size = ctx.body_size;
     let count = (fastest * length.as_secs_f64() * 1.5) as usize + 2_000;
-    let prebuilt =
-        tokio::task::spawn_blocking(move || valid_requests(&addr.to_string(), count, body_size))
-            .await?;
+    let prebuilt = tokio::task::spawn_blocking(move || {
+        super::stripe_requests(&addr.to_string(), count, body_size)
+    })
+    .await?;
     let valid = LoadSpec {
         addr,
         more_addrs: Vec::new(),
@@ -382,20 +383,6 @@ fn flood_source() -> SourceSpec {
         scheme: Scheme::Stripe,
         secret: WRONG_SECRET.into(),
     }
-}
-
-/// `count` validly signed Stripe requests with fresh ids.
-fn valid_requests(host: &str, count: usize, body_size: usize) -> Vec<Vec<u8>> {
-    let source = super::stripe_only().remove(0);
-    let offset = fastrand::u64(..);
-    (0..count as u64)
-        .map(|i| {
-            let mut out = Vec::with_capacity(body_size + 512);
-            let id = payload::event_id(Scheme::Stripe, offset.wrapping_add(i));
-            payload::build_request(&mut out, host, &source, &id, body_size);
-            out
-        })
-        .collect()
 }
 
 /// The gateway's `/metrics` text.
@@ -478,7 +465,7 @@ mod tests {
         let valid = super::super::stripe_only().remove(0);
         assert_eq!(valid.name, flood_source().name);
         assert_ne!(valid.secret, flood_source().secret);
-        let reqs = valid_requests("h:1", 2, 512);
+        let reqs = crate::scenarios::stripe_requests("h:1", 2, 512);
         let text = String::from_utf8(reqs[0].clone()).unwrap();
         assert!(
             text.starts_with("POST /webhooks/stripe HTTP/1.1\r\n"),

@@ -75,40 +75,6 @@ const OLD_INSERT: &str = "\
     ) \
     SELECT c.id, EXISTS (SELECT 1 FROM queued WHERE queued) FROM created c";
 
-/// The partitioned layout's statement (src/store/postgres/ingest.rs, fast path): the dedupe
-/// keys first, then the events whose key it created, then their jobs.
-const NEW_INSERT: &str = "\
-    WITH keyed AS ( \
-        INSERT INTO event_keys (source, provider_event_id, event_id, received_at) \
-        SELECT source, pid, id, rat \
-        FROM UNNEST($3::text[], $4::text[], $1::uuid[], $6::timestamptz[]) \
-            AS k(source, pid, id, rat) \
-         RETURNING event_id \
-    ), created AS ( \
-        INSERT INTO events (id, tenant, source, provider_event_id, event_type, received_at, \
-            content_type, headers, body, verified_scheme, verified_secret_index, route_digest) \
-        SELECT id, tenant, source, pid, etype, rat, ctype, h::jsonb, body, scheme, idx, rd \
-        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], \
-            $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::text[], $11::int4[], \
-            $18::int8[]) \
-            AS t(id, tenant, source, pid, etype, rat, ctype, h, body, scheme, idx, rd) \
-        WHERE t.id IN (SELECT event_id FROM keyed) \
-        RETURNING id \
-    ), queued AS ( \
-        INSERT INTO jobs (id, event_id, destination, status, attempts, next_attempt_at, \
-            locked_until, claim_token, created_at, updated_at, ordering_key, ordering_hold) \
-        SELECT j.id, j.event_id, j.destination, \
-            CASE WHEN j.token IS NULL THEN 'pending' ELSE 'in_progress' END, \
-            CASE WHEN j.token IS NULL THEN 0 ELSE 1 END, j.due, j.lease, j.token, j.t, j.t, \
-            j.okey, j.ohold \
-        FROM UNNEST($12::uuid[], $13::uuid[], $14::text[], $15::timestamptz[], \
-            $16::uuid[], $17::timestamptz[], $19::timestamptz[], $20::text[], $21::bool[]) \
-            AS j(id, event_id, destination, t, token, lease, due, okey, ohold) \
-        WHERE j.event_id IN (SELECT id FROM created) \
-        RETURNING claim_token IS NULL AS queued \
-    ) \
-    SELECT c.id, EXISTS (SELECT 1 FROM queued WHERE queued) FROM created c";
-
 /// Retention before partitioning (b66f21d, src/store/retention.rs): a batch of the oldest
 /// settled events, their jobs and attempts by the foreign keys' ON DELETE CASCADE.
 const OLD_DELETE: &str = "\
@@ -137,7 +103,7 @@ impl Layout {
     fn insert_sql(self) -> &'static str {
         match self {
             Layout::Unpartitioned => OLD_INSERT,
-            Layout::Partitioned => NEW_INSERT,
+            Layout::Partitioned => hookgate::store::INSERT_BATCH_FAST_SQL,
         }
     }
 }
@@ -329,6 +295,7 @@ fn first_day() -> DateTime<Utc> {
 mod load;
 mod removal;
 mod table;
+pub mod through_gateway;
 
 use load::ingest;
 use removal::retention;
