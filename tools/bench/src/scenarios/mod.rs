@@ -150,3 +150,29 @@ pub fn stripe_requests(host: &str, count: usize, body_size: usize) -> Vec<Vec<u8
         })
         .collect()
 }
+
+/// A closed-loop load of `stripe_requests` to `addr` at the run's concurrency for `length`,
+/// enough of them for `fastest` events/s with room to spare.
+pub async fn stripe_load(
+    ctx: &Ctx,
+    addr: std::net::SocketAddr,
+    length: Duration,
+    fastest: f64,
+) -> anyhow::Result<LoadSpec> {
+    let body_size = ctx.body_size;
+    let count = (fastest * length.as_secs_f64() * 1.5) as usize + 2_000;
+    let prebuilt =
+        tokio::task::spawn_blocking(move || stripe_requests(&addr.to_string(), count, body_size))
+            .await?;
+    Ok(LoadSpec {
+        addr,
+        more_addrs: Vec::new(),
+        sources: Vec::new(),
+        mode: Mode::Concurrency(ctx.concurrency),
+        duration: length,
+        ids: Ids::fresh(),
+        body_size,
+        keep_ids: false,
+        prebuilt: Some(std::sync::Arc::new(prebuilt)),
+    })
+}

@@ -15,7 +15,6 @@
 //! Afterwards the quarantine-on store's table must hold no more per source than its bounds.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -331,22 +330,7 @@ async fn segment(
 ) -> anyhow::Result<(LoadReport, Option<LoadReport>, f64)> {
     let addr = gw.addr();
     let body_size = ctx.body_size;
-    let count = (fastest * length.as_secs_f64() * 1.5) as usize + 2_000;
-    let prebuilt = tokio::task::spawn_blocking(move || {
-        super::stripe_requests(&addr.to_string(), count, body_size)
-    })
-    .await?;
-    let valid = LoadSpec {
-        addr,
-        more_addrs: Vec::new(),
-        sources: Vec::new(),
-        mode: Mode::Concurrency(ctx.concurrency),
-        duration: length,
-        ids: Ids::fresh(),
-        body_size,
-        keep_ids: false,
-        prebuilt: Some(Arc::new(prebuilt)),
-    };
+    let valid = super::stripe_load(ctx, addr, length, fastest).await?;
     let bad = LoadSpec {
         addr,
         more_addrs: Vec::new(),

@@ -5,14 +5,13 @@
 //! `load.rs` isolates the statements; this one is what a user sees: HTTP, verification,
 //! group commit and the answer after the commit, the whole path of each build.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::{Gateway, GwConfig, Role};
-use crate::loadgen::{self, Ids, LoadReport, LoadSpec, Mode};
+use crate::loadgen::{self, LoadReport};
 use crate::scenarios::route_load::NO_SINK;
 use crate::scenarios::signatures::Baseline;
 use crate::scenarios::Ctx;
@@ -184,24 +183,7 @@ async fn segment(
     length: Duration,
     fastest: f64,
 ) -> anyhow::Result<(LoadReport, f64)> {
-    let addr = gw.addr();
-    let body_size = ctx.body_size;
-    let count = (fastest * length.as_secs_f64() * 1.5) as usize + 2_000;
-    let prebuilt = tokio::task::spawn_blocking(move || {
-        crate::scenarios::stripe_requests(&addr.to_string(), count, body_size)
-    })
-    .await?;
-    let spec = LoadSpec {
-        addr,
-        more_addrs: Vec::new(),
-        sources: Vec::new(),
-        mode: Mode::Concurrency(ctx.concurrency),
-        duration: length,
-        ids: Ids::fresh(),
-        body_size,
-        keep_ids: false,
-        prebuilt: Some(Arc::new(prebuilt)),
-    };
+    let spec = crate::scenarios::stripe_load(ctx, gw.addr(), length, fastest).await?;
     let before = gw.cpu_seconds();
     let report = loadgen::run(spec).await.report;
     let cpu = match (before, gw.cpu_seconds()) {
