@@ -32,11 +32,9 @@ impl TryFrom<JobWithEventRow> for JobWithEvent {
     }
 }
 
-/// Inserts one pending job, due now, if its event is still stored. On PostgreSQL the event
-/// row is locked (`FOR KEY SHARE`) as the job is inserted: no foreign key joins the
-/// partitioned tables, and the lock is what keeps retention from deleting the event under
-/// its new job (retention's batch skips locked events, and a job inserted after it deleted
-/// the event finds no row and inserts nothing). SQLite's foreign key does the same.
+/// Inserts one pending job, due now, if its event is still stored: retention's batch skips
+/// the event the statement locks (`job_from_event_sql!`), and a job inserted after retention
+/// deleted its event finds no row and inserts nothing.
 macro_rules! insert_job {
     ($self:ident, $tx:ident, $job:expr, $now:expr) => {
         sqlx::query(INSERT_JOB.for_store($self))

@@ -2,13 +2,13 @@
 
 mod ingest;
 mod partitions;
-
-/// The queue's statements, for the tests that read their plans.
-#[doc(hidden)]
-pub use ingest::INSERT_BATCH_FAST_SQL;
-pub use queue::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL};
 mod queue;
 mod wakeups;
+
+/// Ingest's and the queue's statements, for the tests that read their plans and the bench
+/// that runs them beside older layouts' (re-exported hidden from `store`).
+pub use ingest::INSERT_BATCH_FAST_SQL;
+pub use queue::{CLAIM_JOBS_SQL, FINISH_JOBS_SQL};
 
 use std::str::FromStr;
 
