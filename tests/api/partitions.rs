@@ -23,6 +23,10 @@ async fn pool(app: &TestApp) -> PgPool {
     PgPool::connect(&app.database_url).await.unwrap()
 }
 
+/// The partition of an event, and those of its jobs (`tableoid`), for `partitions_of`.
+const EVENT_PARTITION: &str = "SELECT tableoid::regclass::text FROM events WHERE id = $1";
+const JOB_PARTITIONS: &str = "SELECT tableoid::regclass::text FROM jobs WHERE event_id = $1";
+
 /// The partition holding each row `sql` selects (`tableoid`), distinct.
 async fn partitions_of(db: &PgPool, sql: &str, id: EventId) -> Vec<String> {
     let rows = sqlx::query(sql)
@@ -31,8 +35,23 @@ async fn partitions_of(db: &PgPool, sql: &str, id: EventId) -> Vec<String> {
         .await
         .unwrap();
     let mut names: Vec<String> = rows.iter().map(|r| r.get::<String, _>(0)).collect();
+    names.sort();
     names.dedup();
     names
+}
+
+/// Replays `event` to `destination` through the admin API.
+async fn replay(app: &TestApp, event: EventId, destination: &str) {
+    let r = app
+        .admin(
+            Method::POST,
+            ACME_TOKEN,
+            &format!("/events/{event}/replay"),
+            Some(&format!(r#"{{"destinations":["{destination}"]}}"#)),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
 }
 
 /// The range suffix of a partition name: `events_p202612070000` and
@@ -60,22 +79,11 @@ async fn an_event_its_jobs_and_replays_share_a_partition_that_retention_drops_wh
     sink.always("/billing", Answer::status(500));
     let stuck = app.ingest_stripe("evt_part_stuck").await;
     app.worker().run_once().await.unwrap();
-    let r = app
-        .admin(
-            Method::POST,
-            ACME_TOKEN,
-            &format!("/events/{done}/replay"),
-            Some(r#"{"destinations":["audit"]}"#),
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    replay(&app, done, "audit").await;
     app.worker().run_once().await.unwrap();
 
-    let events = "SELECT tableoid::regclass::text FROM events WHERE id = $1";
-    let jobs = "SELECT tableoid::regclass::text FROM jobs WHERE event_id = $1";
-    let event_partition = partitions_of(&db, events, done).await;
-    let job_partitions = partitions_of(&db, jobs, done).await;
+    let event_partition = partitions_of(&db, EVENT_PARTITION, done).await;
+    let job_partitions = partitions_of(&db, JOB_PARTITIONS, done).await;
     assert_eq!(event_partition.len(), 1);
     assert_eq!(job_partitions.len(), 1, "the replay's job with the others");
     assert_eq!(range_of(&job_partitions[0]), range_of(&event_partition[0]));
@@ -157,20 +165,9 @@ async fn a_replay_of_an_event_in_another_partition_puts_its_job_there() {
     }
     tx.commit().await.unwrap();
 
-    let r = app
-        .admin(
-            Method::POST,
-            ACME_TOKEN,
-            &format!("/events/{moved}/replay"),
-            Some(r#"{"destinations":["audit"]}"#),
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
-    let events = "SELECT tableoid::regclass::text FROM events WHERE id = $1";
-    let jobs = "SELECT tableoid::regclass::text FROM jobs WHERE event_id = $1";
-    let event_partition = partitions_of(&db, events, moved).await;
-    let job_partitions = partitions_of(&db, jobs, moved).await;
+    replay(&app, moved, "audit").await;
+    let event_partition = partitions_of(&db, EVENT_PARTITION, moved).await;
+    let job_partitions = partitions_of(&db, JOB_PARTITIONS, moved).await;
     assert_eq!(event_partition.len(), 1, "{event_partition:?}");
     assert_eq!(job_partitions.len(), 1, "{job_partitions:?}");
     assert_ne!(range_of(&event_partition[0]), "legacy", "moved ahead");
@@ -253,25 +250,21 @@ async fn a_lookup_by_id_reads_one_partition_and_the_claim_reads_only_indexes() {
     );
     // The claimed job's event is read from its partition alone, chosen as the join runs:
     // the other partitions' scans never execute.
-    let events_read: Vec<&&Node> = scans
+    let events_scans: Vec<&&Node> = scans
         .iter()
         .filter(|n| {
             n.relation
                 .as_deref()
                 .is_some_and(|r| r.starts_with("events_"))
         })
-        .filter(|n| n.loops.is_some_and(|l| l > 0))
         .collect();
-    assert_eq!(events_read.len(), 1, "{nodes:?}");
+    let events_read = events_scans
+        .iter()
+        .filter(|n| n.loops.is_some_and(|l| l > 0))
+        .count();
+    assert_eq!(events_read, 1, "{nodes:?}");
     assert!(
-        scans
-            .iter()
-            .filter(|n| n
-                .relation
-                .as_deref()
-                .is_some_and(|r| r.starts_with("events_")))
-            .count()
-            > 1,
+        events_scans.len() > 1,
         "several partitions to choose from: {nodes:?}"
     );
 }
