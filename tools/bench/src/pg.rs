@@ -135,9 +135,20 @@ pub struct Seed {
 /// 7 days ago), so bulk rows land in the indexes the way real ones do. `variant` tells
 /// event ids from job ids.
 fn seeded_uuid(n: &str, variant: char) -> String {
+    v7_sql(
+        &format!("(extract(epoch from now() - interval '7 days') * 1000)::bigint + {n}"),
+        n,
+        variant,
+    )
+}
+
+/// SQL for a UUIDv7-shaped id of the unix milliseconds `ms` (an SQL expression), unique by
+/// the row number `n` (another), with `variant` (one hex digit) telling the kinds of rows
+/// apart: bulk rows that sort, and partition, by time like the gateway's own ids.
+pub fn v7_sql(ms: &str, n: &str, variant: char) -> String {
     format!(
-        "(lpad(to_hex((extract(epoch from now() - interval '7 days') * 1000)::bigint + {n}), 12, '0') \
-         || '7' || lpad(to_hex({n} % 4096), 3, '0') || '{variant}' || lpad(to_hex({n}), 15, '0'))::uuid"
+        "(lpad(to_hex({ms}), 12, '0') || '7' || lpad(to_hex({n} % 4096), 3, '0') || \
+         '{variant}' || lpad(to_hex({n}), 15, '0'))::uuid"
     )
 }
 

@@ -67,6 +67,19 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Rate over rate, round by round: the `i`th of `num` over the `i`th of `den`.
+pub fn per_round(num: &[f64], den: &[f64]) -> Vec<f64> {
+    num.iter().zip(den).map(|(n, d)| n / d.max(1e-9)).collect()
+}
+
+/// Per-round ratios as the scenarios print them: three decimals, comma-separated.
+pub fn ratios_line(r: &[f64]) -> String {
+    r.iter()
+        .map(|x| format!("{x:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Least-squares slope of `ys` against `xs` (0 when undefined).
 pub fn slope(xs: &[f64], ys: &[f64]) -> f64 {
     let n = xs.len().min(ys.len());

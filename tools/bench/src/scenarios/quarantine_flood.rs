@@ -129,18 +129,11 @@ async fn on_store(ctx: &Ctx, store: Store, sizes: Sizes) -> anyhow::Result<Flood
         s.legs[QUARANTINED].throughput,
         s.legs[UNQUARANTINED].throughput,
         s.quarantined_to_unquarantined,
-        rounds_line(&s.quarantined_to_unquarantined_rounds),
+        crate::stats::ratios_line(&s.quarantined_to_unquarantined_rounds),
         s.legs[ALONE].throughput,
         s.quarantined_to_alone,
     );
     Ok(s)
-}
-
-fn rounds_line(r: &[f64]) -> String {
-    r.iter()
-        .map(|x| format!("{x:.3}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The three legs on the three gateways: warm-up, alternated rounds, then the stores' tables.

@@ -466,7 +466,7 @@ async fn ingest(
             "  => Ed25519 {:.0} events/s / HMAC {:.0} events/s = {ed25519_to_hmac:.3}x (rounds: {})",
             results[1].throughput,
             results[0].throughput,
-            fmt_ratios(&ed25519_to_hmac_rounds)
+            crate::stats::ratios_line(&ed25519_to_hmac_rounds)
         );
         if let (Some(r), Some(b)) = (hmac_to_baseline, results.get(2)) {
             println!(
@@ -474,7 +474,7 @@ async fn ingest(
                 results[0].throughput,
                 b.gateway,
                 b.throughput,
-                fmt_ratios(&hmac_to_baseline_rounds)
+                crate::stats::ratios_line(&hmac_to_baseline_rounds)
             );
         }
         anyhow::Ok(SchemeIngest {
@@ -506,13 +506,6 @@ async fn ingest(
         }
     }
     result
-}
-
-fn fmt_ratios(r: &[f64]) -> String {
-    r.iter()
-        .map(|x| format!("{x:.3}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `count` prebuilt requests of `leg` at the fixed concurrency, to the end.

@@ -231,13 +231,7 @@ pub(super) async fn ingest(ctx: &Ctx) -> anyhow::Result<IngestCompare> {
         old.close().await;
         new.close().await;
         out.ratio = out.new.events_per_s / out.old.events_per_s.max(1e-9);
-        out.ratio_per_round = out
-            .new
-            .per_round
-            .iter()
-            .zip(&out.old.per_round)
-            .map(|(n, o)| n / o.max(1e-9))
-            .collect();
+        out.ratio_per_round = crate::stats::per_round(&out.new.per_round, &out.old.per_round);
         println!(
             "  => ingest partitioned {:.0} / unpartitioned {:.0} events/s = {:.3}x",
             out.new.events_per_s, out.old.events_per_s, out.ratio

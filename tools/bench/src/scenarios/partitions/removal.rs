@@ -4,8 +4,9 @@
 use super::load::{insert_loop, summary};
 use super::*;
 
-/// a succeeded attempt 1.5 s later (its own time), ids UUIDv7-shaped; on the partitioned
-/// layout each event's dedupe key too. One transaction a day.
+/// Seeds `DAYS` days of `per_day` events each, spread evenly over their day, each with a
+/// succeeded job and a succeeded attempt 1.5 s later (its own time), ids UUIDv7-shaped; on
+/// the partitioned layout each event's dedupe key too. One transaction a day.
 pub(super) async fn seed(
     pool: &PgPool,
     layout: Layout,
@@ -13,12 +14,7 @@ pub(super) async fn seed(
     body: usize,
 ) -> anyhow::Result<f64> {
     let clock = Instant::now();
-    let uuid = |ms: &str, variant: char| {
-        format!(
-            "(lpad(to_hex({ms}), 12, '0') || '7' || lpad(to_hex(g % 4096), 3, '0') || \
-             '{variant}' || lpad(to_hex(g), 15, '0'))::uuid"
-        )
-    };
+    let uuid = |ms: &str, variant: char| crate::pg::v7_sql(ms, "g", variant);
     let rows = "FROM (SELECT g, $1::bigint + (g - $2::bigint) * 86400000 / $3::bigint AS ms \
                 FROM generate_series($2::bigint, $2::bigint + $3::bigint - 1) AS g) s";
     let events = format!(

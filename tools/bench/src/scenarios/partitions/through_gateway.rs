@@ -73,11 +73,7 @@ pub async fn run(ctx: &Ctx, baseline: &Baseline) -> anyhow::Result<PartitionsGat
         out.baseline.build,
         out.baseline.events_per_s,
         out.ratio,
-        out.ratio_per_round
-            .iter()
-            .map(|r| format!("{r:.3}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        crate::stats::ratios_line(&out.ratio_per_round)
     );
     Ok(out)
 }
@@ -163,12 +159,7 @@ async fn measure(
         seconds_per_segment: seconds,
         rounds,
         ratio: current.events_per_s / baseline.events_per_s.max(1e-9),
-        ratio_per_round: current
-            .per_round
-            .iter()
-            .zip(&baseline.per_round)
-            .map(|(a, b)| a / b.max(1e-9))
-            .collect(),
+        ratio_per_round: crate::stats::per_round(&current.per_round, &baseline.per_round),
         current,
         baseline,
         ..Default::default()
