@@ -264,14 +264,7 @@ impl Gateway {
 
     /// CPU time the gateway has used so far, user and system, all threads, in seconds.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        /// Linux's USER_HZ, the unit of /proc's times: 100 on every mainstream architecture.
-        const TICKS_PER_S: f64 = 100.0;
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
-        // After the command name in parentheses: state is field 3, utime 14, stime 15.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let utime: f64 = fields.get(11)?.parse().ok()?;
-        let stime: f64 = fields.get(12)?.parse().ok()?;
-        Some((utime + stime) / TICKS_PER_S)
+        crate::cpu::process_seconds(self.pid())
     }
 
     fn log_tail(&self) -> String {

@@ -3,6 +3,7 @@
 //! and `sink` are the load generator and the receiving end on their own.
 
 mod cli;
+mod cpu;
 mod gateway;
 mod handler_latency;
 mod http1;

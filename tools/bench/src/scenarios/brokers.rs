@@ -52,26 +52,6 @@ pub struct BrokerRun {
     pub cores_busy_in_drain: f64,
 }
 
-/// Busy CPU time of the whole machine so far, in seconds (`/proc/stat`: all but idle and
-/// iowait).
-fn machine_busy_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
-        return 0.0;
-    };
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0.0;
-    };
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: f64 = ticks.iter().take(8).sum();
-    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
-    // USER_HZ is 100 on Linux.
-    (total - idle) / 100.0
-}
-
 /// What one measured leg cost: messages per second and machine CPU per message.
 struct Leg {
     per_s: f64,
@@ -311,7 +291,7 @@ async fn ceiling(
     let body = bytes::Bytes::from(vec![b'x'; size]);
     let next = Arc::new(AtomicU64::new(0));
     let clock = Instant::now();
-    let busy_before = machine_busy_seconds();
+    let busy_before = crate::cpu::machine_busy_seconds();
     let mut tasks = tokio::task::JoinSet::new();
     match broker {
         Broker::Nats => {
@@ -373,7 +353,7 @@ async fn ceiling(
     }
     Ok(Leg {
         per_s: count as f64 / clock.elapsed().as_secs_f64().max(1e-9),
-        cpu_us_per_message: (machine_busy_seconds() - busy_before) * 1e6 / count as f64,
+        cpu_us_per_message: (crate::cpu::machine_busy_seconds() - busy_before) * 1e6 / count as f64,
     })
 }
 
@@ -423,7 +403,7 @@ async fn drain_on(
     println!("    seeded {jobs} pending jobs in {took:.1} s");
     let gw = Gateway::start(&ctx.gw, &cfg, Role::Worker, "brokers").await?;
     let clock = Instant::now();
-    let busy_before = machine_busy_seconds();
+    let busy_before = crate::cpu::machine_busy_seconds();
     let gateway_cpu_before = gw.cpu_seconds().unwrap_or(0.0);
     let limit = Duration::from_secs(60 + jobs / 200);
     let mut succeeded = 0;
@@ -436,7 +416,7 @@ async fn drain_on(
         }
     }
     let seconds = clock.elapsed().as_secs_f64();
-    let busy = machine_busy_seconds() - busy_before;
+    let busy = crate::cpu::machine_busy_seconds() - busy_before;
     let gateway_cpu = gw.cpu_seconds().unwrap_or(0.0) - gateway_cpu_before;
     gw.stop().await?;
     pool.close().await;

@@ -243,6 +243,7 @@ async fn measure(
                 throughput: r.throughput,
                 p50_ms: r.latency.p50_ms,
                 p99_ms: r.latency.p99_ms,
+                cpu: None,
             });
             if let Some(f) = flood {
                 println!("    {:>28} {}", "flood:", f.line());

@@ -316,6 +316,7 @@ async fn measure(
                 throughput: r.throughput,
                 p50_ms: r.latency.p50_ms,
                 p99_ms: r.latency.p99_ms,
+                cpu: None,
             });
         }
     }

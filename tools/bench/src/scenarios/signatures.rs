@@ -205,6 +205,8 @@ pub struct LegResult {
     pub throughput: f64,
     pub non_2xx: u64,
     pub conn_errors: u64,
+    /// The segments' CPU split, averaged.
+    pub cpu: CpuSplit,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -216,6 +218,9 @@ pub struct Segment {
     pub throughput: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Where the segment's CPU went, where the scenario measures it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuSplit>,
 }
 
 /// A gateway binary to compare this build's HMAC ingest with, and how to name it.
@@ -401,7 +406,8 @@ async fn ingest(
             .collect();
         // Warm-up: a quarter segment on each leg, not counted.
         for leg in &legs {
-            let r = segment(ctx, leg, &gateways[leg.gateway].0, (requests / 4).max(1)).await?;
+            let (r, _) =
+                segment(ctx, leg, &gateways[leg.gateway].0, (requests / 4).max(1)).await?;
             println!("    warm-up {:>13}: {}", leg.name, r.line());
             if r.non_2xx + r.conn_errors > 0 {
                 bail!(
@@ -422,8 +428,9 @@ async fn ingest(
             };
             for i in order {
                 let leg = &legs[i];
-                let r = segment(ctx, leg, &gateways[leg.gateway].0, requests).await?;
+                let (r, cpu) = segment(ctx, leg, &gateways[leg.gateway].0, requests).await?;
                 println!("    round {round} {:>13}: {}", leg.name, r.line());
+                println!("    {:>21}  {}", "", cpu.line());
                 let res = &mut results[i];
                 res.non_2xx += r.non_2xx;
                 res.conn_errors += r.conn_errors;
@@ -434,6 +441,7 @@ async fn ingest(
                     throughput: r.throughput,
                     p50_ms: r.latency.p50_ms,
                     p99_ms: r.latency.p99_ms,
+                    cpu: Some(cpu),
                 });
             }
         }
@@ -444,6 +452,9 @@ async fn ingest(
             let ok: u64 = r.segments.iter().map(|s| s.ok_2xx).sum();
             let secs: f64 = r.segments.iter().map(|s| s.seconds).sum();
             r.throughput = ok as f64 / secs.max(1e-9);
+            let splits: Vec<CpuSplit> = r.segments.iter().filter_map(|s| s.cpu).collect();
+            r.cpu = CpuSplit::mean(&splits);
+            println!("    {:>13}: {}", r.name, r.cpu.line());
         }
         let ratio = |a: &LegResult, b: &LegResult| a.throughput / b.throughput.max(1e-9);
         let per_round = |a: &LegResult, b: &LegResult| -> Vec<f64> {
@@ -508,8 +519,14 @@ async fn ingest(
     result
 }
 
-/// `count` prebuilt requests of `leg` at the fixed concurrency, to the end.
-async fn segment(ctx: &Ctx, leg: &Leg, gw: &Gateway, count: usize) -> anyhow::Result<LoadReport> {
+/// `count` prebuilt requests of `leg` at the fixed concurrency, to the end, and what the
+/// sending cost in CPU.
+async fn segment(
+    ctx: &Ctx,
+    leg: &Leg,
+    gw: &Gateway,
+    count: usize,
+) -> anyhow::Result<(LoadReport, CpuSplit)> {
     let addr = gw.addr();
     let signer = leg.signer.clone();
     let (source, body_size) = (leg.source, ctx.body_size);
@@ -517,7 +534,8 @@ async fn segment(ctx: &Ctx, leg: &Leg, gw: &Gateway, count: usize) -> anyhow::Re
         build_requests(&signer, &addr.to_string(), source, count, body_size)
     })
     .await??;
-    Ok(loadgen::run(LoadSpec {
+    let before = CpuSample::take(gw);
+    let report = loadgen::run(LoadSpec {
         addr,
         more_addrs: Vec::new(),
         sources: Vec::new(),
@@ -529,7 +547,73 @@ async fn segment(ctx: &Ctx, leg: &Leg, gw: &Gateway, count: usize) -> anyhow::Re
         prebuilt: Some(Arc::new(prebuilt)),
     })
     .await
-    .report)
+    .report;
+    let cpu = CpuSample::take(gw).since(&before, report.ok_2xx);
+    Ok((report, cpu))
+}
+
+/// CPU time so far: the gateway's, the load generator's (this process) and the machine's.
+struct CpuSample {
+    at: Instant,
+    gateway: f64,
+    loadgen: f64,
+    machine: f64,
+}
+
+impl CpuSample {
+    fn take(gw: &Gateway) -> Self {
+        Self {
+            at: Instant::now(),
+            gateway: gw.cpu_seconds().unwrap_or(0.0),
+            loadgen: crate::cpu::own_seconds().unwrap_or(0.0),
+            machine: crate::cpu::machine_busy_seconds(),
+        }
+    }
+
+    fn since(&self, before: &Self, events: u64) -> CpuSplit {
+        let per_event = |secs: f64| secs * 1e6 / events.max(1) as f64;
+        let gateway = per_event(self.gateway - before.gateway);
+        let loadgen = per_event(self.loadgen - before.loadgen);
+        let machine = per_event(self.machine - before.machine);
+        CpuSplit {
+            gateway_us: gateway,
+            loadgen_us: loadgen,
+            rest_us: (machine - gateway - loadgen).max(0.0),
+            cores_busy: (self.machine - before.machine)
+                / self.at.duration_since(before.at).as_secs_f64().max(1e-9),
+        }
+    }
+}
+
+/// CPU per accepted event during a segment, split by who spent it (the rest is the database
+/// and anything else on the machine), and how many cores were busy on average.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CpuSplit {
+    pub gateway_us: f64,
+    pub loadgen_us: f64,
+    pub rest_us: f64,
+    pub cores_busy: f64,
+}
+
+impl CpuSplit {
+    fn line(&self) -> String {
+        format!(
+            "CPU per event: gateway {:.1} µs, load {:.1} µs, rest {:.1} µs; {:.2} cores busy",
+            self.gateway_us, self.loadgen_us, self.rest_us, self.cores_busy
+        )
+    }
+
+    fn mean(splits: &[CpuSplit]) -> CpuSplit {
+        let n = splits.len().max(1) as f64;
+        let sum = |f: fn(&CpuSplit) -> f64| splits.iter().map(f).sum::<f64>() / n;
+        CpuSplit {
+            gateway_us: sum(|c| c.gateway_us),
+            loadgen_us: sum(|c| c.loadgen_us),
+            rest_us: sum(|c| c.rest_us),
+            cores_busy: sum(|c| c.cores_busy),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
