@@ -144,7 +144,8 @@ async fn handle(
     let unverified = Unverified::new(headers, body)
         .with_target(request.method().as_str(), request.query_string());
     let verified = unverified
-        .verify_or_return(&source.verifier, now.timestamp())
+        .verify_batched_or_return(&source.verifier, now.timestamp(), &state.ed25519)
+        .await
         .map_err(|rejected| {
             state.quarantine.keep(source, &rejected, now);
             rejected.error

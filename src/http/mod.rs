@@ -28,6 +28,8 @@ pub struct AppState {
     pub admin_pause: crate::admin::SharedPause,
     /// Group commit for ingest.
     pub batcher: crate::ingest::IngestBatcher,
+    /// Ed25519 signatures of concurrent requests, checked together.
+    pub ed25519: crate::verify::Ed25519Batch,
     /// Per-source ingress limits, for the sources that have one.
     pub rate_limits: std::collections::BTreeMap<String, RateLimiter>,
     pub metrics: Arc<crate::telemetry::Metrics>,
@@ -84,6 +86,7 @@ impl AppState {
             config,
             admin_pause,
             batcher,
+            ed25519: crate::verify::Ed25519Batch::new(),
             rate_limits,
             metrics,
             metrics_port: None,

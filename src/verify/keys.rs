@@ -66,9 +66,14 @@ impl VerifyKey {
                     .as_slice()
                     .try_into()
                     .map_err(|_| "is not a 32-byte Ed25519 public key")?;
-                ed25519_dalek::VerifyingKey::from_bytes(&raw)
-                    .map(Self::Ed25519)
-                    .map_err(|_| "is not a valid Ed25519 public key")
+                let key = ed25519_dalek::VerifyingKey::from_bytes(&raw)
+                    .map_err(|_| "is not a valid Ed25519 public key")?;
+                // A small-order key verifies nothing strictly, and would let a batch check
+                // pass forgeries (`Ed25519Batch`): refused here, once.
+                if key.is_weak() {
+                    return Err("is a small-order (weak) Ed25519 public key");
+                }
+                Ok(Self::Ed25519(key))
             }
             Algorithm::EcdsaP256Sha256 => p256::ecdsa::VerifyingKey::from_public_key_der(&bytes)
                 .map(Self::EcdsaP256)
@@ -317,6 +322,19 @@ mod tests {
     fn unusable_public_keys_are_refused() {
         let spec = b64("");
         assert!(VerifyKey::public(&spec, Algorithm::Ed25519, "AAAA").is_err());
+        // The identity and the point of order 2: valid encodings of small-order points.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let mut order_two = [0xffu8; 32];
+        order_two[0] = 0xec;
+        order_two[31] = 0x7f;
+        for weak in [identity, order_two] {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(weak);
+            assert_eq!(
+                VerifyKey::public(&spec, Algorithm::Ed25519, &encoded).unwrap_err(),
+                "is a small-order (weak) Ed25519 public key"
+            );
+        }
         assert!(VerifyKey::public(&spec, Algorithm::EcdsaP256Sha256, "AAAA").is_err());
         let huge = "A".repeat(100_000);
         assert!(VerifyKey::public(&spec, Algorithm::EcdsaP256Sha256, &huge).is_err());

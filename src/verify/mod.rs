@@ -5,6 +5,7 @@
 //! way in is `provider_api`: events read from the provider's API over an authenticated call.
 
 mod definition;
+mod ed25519_batch;
 mod handshake;
 mod json_pointer;
 mod keys;
@@ -13,6 +14,7 @@ mod registry;
 mod request;
 mod sign;
 mod signature;
+mod signed;
 mod source;
 mod template;
 mod verifier;
@@ -22,6 +24,7 @@ pub use definition::{
     parse_definition, Algorithm, DefinitionError, Encoding, KeyEncoding, KeySpec, Location,
     ProviderDefinition, SignatureFormat, SignatureSource, SourceOverrides,
 };
+pub use ed25519_batch::Ed25519Batch;
 pub use handshake::HandshakeAnswer;
 pub use keys::test_key_pair;
 pub use registry::ProviderRegistry;

@@ -3,13 +3,12 @@
 use secrecy::ExposeSecret;
 use sha2::{Digest as _, Sha256};
 
-use super::definition::{
-    Algorithm, Location, ProviderDefinition, SignatureSource, TimestampFormat, TimestampSource,
-};
+use super::definition::{Algorithm, Location, TimestampFormat, TimestampSource};
+use super::ed25519_batch::Ed25519Batch;
 use super::handshake::HandshakeSpec;
-use super::keys::{bytes_equal, VerifyKey};
+use super::keys::bytes_equal;
 use super::request::{HeaderLookup, Unverified, Verified, VerifiedEvent};
-use super::signature::{parse_signature_value, Candidate, ParseError, ParsedSignature};
+use super::signed::{candidates, Signed};
 use super::source::SourceVerifier;
 use super::template::{sorted_form_params, RenderValues, TemplatePart};
 use super::view::{single_header, RequestView};
@@ -64,6 +63,12 @@ pub struct Rejected {
     pub request: Unverified,
 }
 
+/// What `prepare` leaves: an answer already, or a signature to check.
+enum Step<'a> {
+    Done(Checked),
+    Signed(Signed<'a>),
+}
+
 /// What `check` found: a handshake's answer, or an authentic event's dedupe key and facts.
 enum Checked {
     Answer(Verified),
@@ -88,7 +93,28 @@ impl Unverified {
         verifier: &SourceVerifier,
         now: i64,
     ) -> Result<Verified, Box<Rejected>> {
-        match self.check(verifier, now) {
+        let checked = self.check(verifier, now);
+        self.conclude(verifier, checked)
+    }
+
+    /// As `verify_or_return`, but a lone Ed25519 signature is checked in a batch with those
+    /// of concurrent requests (`Ed25519Batch`): the ingest path's way in.
+    pub async fn verify_batched_or_return(
+        self,
+        verifier: &SourceVerifier,
+        now: i64,
+        batch: &Ed25519Batch,
+    ) -> Result<Verified, Box<Rejected>> {
+        let checked = self.check_batched(verifier, now, batch).await;
+        self.conclude(verifier, checked)
+    }
+
+    fn conclude(
+        self,
+        verifier: &SourceVerifier,
+        checked: Result<Checked, VerifyError>,
+    ) -> Result<Verified, Box<Rejected>> {
+        match checked {
             Ok(Checked::Answer(answer)) => Ok(answer),
             Ok(Checked::Event {
                 provider_event_id,
@@ -110,12 +136,47 @@ impl Unverified {
     }
 
     fn check(&self, verifier: &SourceVerifier, now: i64) -> Result<Checked, VerifyError> {
+        match self.prepare(verifier)? {
+            Step::Done(checked) => Ok(checked),
+            Step::Signed(signed) => {
+                let key_index = signed.key_index(verifier)?;
+                self.finish(verifier, now, signed, key_index)
+            }
+        }
+    }
+
+    /// As `check`, but a request whose one possible signature is Ed25519 waits for `batch`
+    /// to check it together with others.
+    async fn check_batched(
+        &self,
+        verifier: &SourceVerifier,
+        now: i64,
+        batch: &Ed25519Batch,
+    ) -> Result<Checked, VerifyError> {
+        let mut signed = match self.prepare(verifier)? {
+            Step::Done(checked) => return Ok(checked),
+            Step::Signed(signed) => signed,
+        };
+        let key_index = match signed.one_ed25519(verifier) {
+            Some(one) => {
+                if !batch.check(one.key, one.message, one.signature).await {
+                    return Err(VerifyError::InvalidSignature);
+                }
+                one.key_index
+            }
+            None => signed.key_index(verifier)?,
+        };
+        self.finish(verifier, now, signed, key_index)
+    }
+
+    /// Answers a handshake the provider does not sign, or reads what a signature covers.
+    fn prepare<'a>(&'a self, verifier: &'a SourceVerifier) -> Result<Step<'a>, VerifyError> {
         let def = &verifier.definition;
         let view = RequestView::new(self, &def.body_pointers);
         // Handshakes the provider does not sign (GET challenges, Graph's validationToken).
         for h in def.handshakes.iter().filter(|h| !h.signed) {
             if h.matches(view.method, &|l| view.lookup(l)) {
-                return answer(h, &view, verifier, None).map(Checked::Answer);
+                return answer(h, &view, verifier, None).map(|a| Step::Done(Checked::Answer(a)));
             }
         }
         if view.method != "POST" {
@@ -198,26 +259,32 @@ impl Unverified {
                 payloads
             }
         };
+        Ok(Step::Signed(Signed {
+            view,
+            parsed,
+            every_must_match,
+            timestamp,
+            signed_id,
+            payloads,
+        }))
+    }
 
-        let secret_index = if every_must_match {
-            // Each value must be authentic; the index reported is the first one's key.
-            let mut first = None;
-            for c in &parsed.candidates {
-                let i = verifier
-                    .keys
-                    .iter()
-                    .position(|k| key_matches(k, std::slice::from_ref(c), &payloads));
-                first.get_or_insert(i.ok_or(VerifyError::InvalidSignature)?);
-            }
-            first.ok_or(VerifyError::InvalidSignature)?
-        } else {
-            verifier
-                .keys
-                .iter()
-                .position(|k| key_matches(k, &parsed.candidates, &payloads))
-                .ok_or(VerifyError::InvalidSignature)?
-        };
-
+    /// Checks the timestamp of a request `key_index` signed, then answers its handshake or
+    /// reads its id.
+    fn finish(
+        &self,
+        verifier: &SourceVerifier,
+        now: i64,
+        signed: Signed<'_>,
+        secret_index: usize,
+    ) -> Result<Checked, VerifyError> {
+        let def = &verifier.definition;
+        let Signed {
+            view,
+            timestamp,
+            signed_id,
+            ..
+        } = signed;
         if let (Some(ts_spec), Some(ts)) = (&def.timestamp, &timestamp) {
             let seconds = timestamp_seconds(ts_spec.format, ts).ok_or(
                 VerifyError::MalformedSignature("the timestamp cannot be read"),
@@ -257,114 +324,6 @@ impl Unverified {
             secret_index,
         })
     }
-}
-
-/// Whether `key` verifies any of `candidates` over any of `payloads`. An HMAC is computed
-/// once per payload and algorithm and compared with every candidate: a request carrying 32
-/// signatures costs one MAC of its body per key, not 32.
-fn key_matches(key: &VerifyKey, candidates: &[Candidate], payloads: &[Vec<u8>]) -> bool {
-    let hmac = |a: Algorithm| !a.is_asymmetric() && a != Algorithm::Token;
-    for payload in payloads {
-        let mut macs: Vec<(Algorithm, Vec<u8>)> = Vec::new();
-        for c in candidates.iter().filter(|c| key.serves(c.algorithm)) {
-            let ok = if hmac(c.algorithm) {
-                let at = match macs.iter().position(|(a, _)| *a == c.algorithm) {
-                    Some(at) => at,
-                    None => {
-                        let Some(mac) = key.mac(c.algorithm, payload) else {
-                            continue;
-                        };
-                        macs.push((c.algorithm, mac));
-                        macs.len() - 1
-                    }
-                };
-                bytes_equal(&macs[at].1, &c.bytes)
-            } else {
-                key.check(c.algorithm, payload, &c.bytes)
-            };
-            if ok {
-                return true;
-            }
-        }
-    }
-    false
-}
-
-/// The candidate signatures, and whether every one of them must verify (a `*` pointer).
-fn candidates(
-    view: &RequestView<'_>,
-    def: &ProviderDefinition,
-) -> Result<(ParsedSignature, bool), VerifyError> {
-    let spec = &def.signature;
-    let (values, every_must_match, missing) = match &spec.source {
-        SignatureSource::Headers { names, every } => {
-            let mut values = Vec::new();
-            for name in names {
-                match view.headers.get_one(name) {
-                    HeaderLookup::Absent => continue,
-                    HeaderLookup::One(v) => values.push(v.to_owned()),
-                    HeaderLookup::Repeated => {
-                        return Err(VerifyError::MalformedSignature(
-                            "a signature header is repeated",
-                        ))
-                    }
-                }
-                if !every {
-                    break;
-                }
-            }
-            (values, false, names.join(" or "))
-        }
-        SignatureSource::Body(pointer) => {
-            let every = pointer.contains("/*");
-            let values = if every {
-                view.expand(pointer)
-            } else {
-                view.value(&Location::Json(pointer.clone()))
-                    .map(|v| vec![v])
-            }
-            .map_err(|_| VerifyError::MalformedBody)?;
-            // With `*`, an element without a signature cannot pass beside signed ones.
-            if every && values.len() > 1 && values.iter().any(Option::is_none) {
-                return Err(VerifyError::InvalidSignature);
-            }
-            let values: Vec<String> = values.into_iter().flatten().collect();
-            (
-                values,
-                pointer.contains("/*"),
-                format!("body field {pointer}"),
-            )
-        }
-    };
-    if values.iter().all(|v| v.trim().is_empty()) {
-        return Err(VerifyError::MissingSignature(missing));
-    }
-    let mut parsed = ParsedSignature::default();
-    for value in &values {
-        let before = parsed.candidates.len();
-        parse_signature_value(
-            &spec.format,
-            &spec.prefix,
-            spec.algorithm,
-            spec.encoding,
-            value,
-            &mut parsed,
-        )
-        .map_err(|e| match e {
-            ParseError::TooMany => VerifyError::MalformedSignature("too many signatures"),
-            ParseError::Unusable => VerifyError::MalformedSignature("two timestamps"),
-        })?;
-        if every_must_match && parsed.candidates.len() == before {
-            // A value that yields no signature cannot be let through beside good ones.
-            return Err(VerifyError::MalformedSignature(
-                "a signature value is unusable",
-            ));
-        }
-    }
-    if parsed.candidates.is_empty() {
-        return Err(VerifyError::MalformedSignature("no decodable signature"));
-    }
-    Ok((parsed, every_must_match))
 }
 
 fn answer(

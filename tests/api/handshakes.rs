@@ -23,6 +23,7 @@ both_backends!(
     webhook_urls_answer_only_their_methods,
     gets_that_are_no_handshake_and_overlong_challenges_are_refused,
     discord_interactions_are_stored_and_answered_deferred,
+    concurrent_discord_interactions_are_each_judged_by_their_own_signature,
     twilio_events_are_answered_with_twiml,
 );
 
@@ -480,6 +481,43 @@ async fn discord_interactions_are_stored_and_answered_deferred(backend: Backend)
     assert_eq!(retry.headers()["hookgate-event-id"], id.as_str());
     assert_eq!(retry.text().await.unwrap(), r#"{"type":5}"#);
     assert_eq!(app.store.count_events().await.unwrap(), 1);
+}
+
+/// Ed25519 signatures of concurrent requests are checked in batches: a bad one among them
+/// fails its own request only.
+async fn concurrent_discord_interactions_are_each_judged_by_their_own_signature(backend: Backend) {
+    let app = std::sync::Arc::new(spawn(backend).await);
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(40));
+    let tasks: Vec<_> = (0..40u32)
+        .map(|n| {
+            let (app, barrier) = (app.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let body =
+                    format!(r#"{{"id":"11384792830{n:08}","type":2,"data":{{"name":"ping"}}}}"#);
+                // Every fourth is signed by another application's key.
+                let seed = if n % 4 == 3 { [9; 32] } else { DISCORD_SEED };
+                let headers = discord_headers(&seed, &body);
+                barrier.wait().await;
+                let r = app.post_webhook("discord", &headers, body).await;
+                let answer = if r.status() == 200 {
+                    (200, String::new())
+                } else {
+                    error_code(r).await
+                };
+                (n, answer)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (n, answer) = task.await.unwrap();
+        let expected = if n % 4 == 3 {
+            (401, "invalid_signature".to_owned())
+        } else {
+            (200, String::new())
+        };
+        assert_eq!(answer, expected, "interaction {n}");
+    }
+    assert_eq!(app.store.count_events().await.unwrap(), 30);
 }
 
 async fn twilio_events_are_answered_with_twiml(backend: Backend) {
