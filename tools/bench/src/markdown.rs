@@ -355,13 +355,21 @@ fn signature_rows(s: &mut String, i: &crate::scenarios::signatures::SchemeIngest
     if let (Some(h), Some(e)) = (leg("hmac"), leg("ed25519")) {
         let _ = writeln!(
             s,
-            "| Ingest with Ed25519 on every request (Standard Webhooks v1a) vs HMAC-SHA256 (v1), {store}, alternated | ≥ 0.80× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}; {}) | {:.2}× | {} |",
+            "| Ingest with Ed25519 on every request (Standard Webhooks v1a) vs HMAC-SHA256 (v1), {store}, alternated | ≥ 0.80× | {} vs {} events/s at concurrency {} ({} rounds of {} requests each, per round {}; CPU per event: gateway {:.1} vs {:.1} µs, load generator {:.1} vs {:.1} µs, rest {:.1} vs {:.1} µs; cores busy {:.2} vs {:.2}; {}) | {:.2}× | {} |",
             rate(e.throughput),
             rate(h.throughput),
             i.concurrency,
             i.rounds,
             rate(i.requests_per_segment as f64),
             ratio_range(&i.ed25519_to_hmac_rounds),
+            e.cpu.gateway_us,
+            h.cpu.gateway_us,
+            e.cpu.loadgen_us,
+            h.cpu.loadgen_us,
+            e.cpu.rest_us,
+            h.cpu.rest_us,
+            e.cpu.cores_busy,
+            h.cpu.cores_busy,
             i.store_settings,
             i.ed25519_to_hmac,
             met(i.ed25519_to_hmac >= 0.8 && !failed(h) && !failed(e))
@@ -376,6 +384,22 @@ fn signature_rows(s: &mut String, i: &crate::scenarios::signatures::SchemeIngest
             rate(b.throughput),
             ratio_range(&i.hmac_to_baseline_rounds),
             met(r >= 0.95 && !failed(h) && !failed(b))
+        );
+    }
+    if let (Some(e), Some(b), Some(r)) = (
+        leg("ed25519"),
+        leg("ed25519-baseline"),
+        i.ed25519_to_baseline,
+    ) {
+        let _ = writeln!(
+            s,
+            "| Ed25519 ingest (Standard Webhooks v1a), this build vs {}, {store}, alternated | — | {} vs {} events/s (per round {}; gateway CPU per event {:.1} vs {:.1} µs) | {r:.2}× | — |",
+            b.gateway,
+            rate(e.throughput),
+            rate(b.throughput),
+            ratio_range(&i.ed25519_to_baseline_rounds),
+            e.cpu.gateway_us,
+            b.cpu.gateway_us,
         );
     }
 }

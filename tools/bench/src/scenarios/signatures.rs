@@ -189,12 +189,15 @@ pub struct SchemeIngest {
     /// This build's HMAC events/s / the baseline build's, when a baseline ran.
     pub hmac_to_baseline: Option<f64>,
     pub hmac_to_baseline_rounds: Vec<f64>,
+    /// This build's Ed25519 events/s / the baseline build's, when a baseline ran.
+    pub ed25519_to_baseline: Option<f64>,
+    pub ed25519_to_baseline_rounds: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LegResult {
-    /// "hmac", "ed25519" or "hmac-baseline".
+    /// "hmac", "ed25519", "hmac-baseline" or "ed25519-baseline".
     pub name: String,
     /// What signs the requests.
     pub signature: String,
@@ -341,7 +344,7 @@ async fn ingest(
     println!("  ingest on {store_settings}");
     let result = async {
         let mut current = GwConfig::new(urls[0].clone(), NO_SINK);
-        current.extra_sources = vec![hmac_source.clone(), ed_source];
+        current.extra_sources = vec![hmac_source.clone(), ed_source.clone()];
         let store_tag = match store {
             Store::Sqlite => "sqlite",
             _ => "pg",
@@ -375,7 +378,7 @@ async fn ingest(
         ];
         if let Some(b) = baseline {
             let mut cfg = GwConfig::new(urls[1].clone(), NO_SINK);
-            cfg.extra_sources = vec![hmac_source];
+            cfg.extra_sources = vec![hmac_source, ed_source];
             let mut opts = ctx.gw.clone();
             opts.bin = std::fs::canonicalize(&b.bin)
                 .with_context(|| format!("the baseline gateway {}", b.bin.display()))?;
@@ -387,11 +390,19 @@ async fn ingest(
             )
             .await?;
             gateways.push((gw, format!("baseline {}", b.label)));
+            let ed25519 = legs[1].signer.clone();
             legs.push(Leg {
                 name: "hmac-baseline",
                 signature: "Standard Webhooks v1, HMAC-SHA256 (whsec_ secret)",
                 source: "swh-hmac",
                 signer: hmac,
+                gateway: 1,
+            });
+            legs.push(Leg {
+                name: "ed25519-baseline",
+                signature: "Standard Webhooks v1a, Ed25519 (whpk_ public key)",
+                source: "swh-ed25519",
+                signer: ed25519,
                 gateway: 1,
             });
         }
@@ -466,27 +477,31 @@ async fn ingest(
         };
         let ed25519_to_hmac = ratio(&results[1], &results[0]);
         let ed25519_to_hmac_rounds = per_round(&results[1], &results[0]);
-        let (hmac_to_baseline, hmac_to_baseline_rounds) = match results.get(2) {
-            Some(b) => (
-                Some(ratio(&results[0], b)),
-                per_round(&results[0], b),
-            ),
+        let against_baseline = |i: usize, b: usize| match results.get(b) {
+            Some(base) => (Some(ratio(&results[i], base)), per_round(&results[i], base)),
             None => (None, Vec::new()),
         };
+        let (hmac_to_baseline, hmac_to_baseline_rounds) = against_baseline(0, 2);
+        let (ed25519_to_baseline, ed25519_to_baseline_rounds) = against_baseline(1, 3);
         println!(
             "  => Ed25519 {:.0} events/s / HMAC {:.0} events/s = {ed25519_to_hmac:.3}x (rounds: {})",
             results[1].throughput,
             results[0].throughput,
             crate::stats::ratios_line(&ed25519_to_hmac_rounds)
         );
-        if let (Some(r), Some(b)) = (hmac_to_baseline, results.get(2)) {
-            println!(
-                "  => HMAC this build {:.0} events/s / {} {:.0} events/s = {r:.3}x (rounds: {})",
-                results[0].throughput,
-                b.gateway,
-                b.throughput,
-                crate::stats::ratios_line(&hmac_to_baseline_rounds)
-            );
+        for (scheme, i, b, r, rounds) in [
+            ("HMAC", 0, 2, hmac_to_baseline, &hmac_to_baseline_rounds),
+            ("Ed25519", 1, 3, ed25519_to_baseline, &ed25519_to_baseline_rounds),
+        ] {
+            if let (Some(r), Some(base)) = (r, results.get(b)) {
+                println!(
+                    "  => {scheme} this build {:.0} events/s / {} {:.0} events/s = {r:.3}x (rounds: {})",
+                    results[i].throughput,
+                    base.gateway,
+                    base.throughput,
+                    crate::stats::ratios_line(rounds)
+                );
+            }
         }
         anyhow::Ok(SchemeIngest {
             store: store_tag.into(),
@@ -499,6 +514,8 @@ async fn ingest(
             ed25519_to_hmac_rounds,
             hmac_to_baseline,
             hmac_to_baseline_rounds,
+            ed25519_to_baseline,
+            ed25519_to_baseline_rounds,
         })
     }
     .await;
