@@ -1,11 +1,13 @@
 //! Public-key signatures (Discord's and Standard Webhooks' Ed25519, SendGrid's ECDSA P-256),
 //! signed here with ed25519-dalek and p256: accepted as signed, refused after any change to
-//! the signature, the message or the key; public keys that do not parse are a load error.
+//! the signature, the message or the key, alone and in a batch of Ed25519 checks as ingest
+//! makes them; public keys that do not parse are a load error.
 
 use crate::common::*;
 use crate::sources::*;
 
 use ed25519_dalek::Signer as _;
+use hookgate::verify::Ed25519Batch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scheme {
@@ -86,6 +88,62 @@ impl Scheme {
     }
 }
 
+/// The key of the valid requests that share a batch with the one under test.
+const NEIGHBOUR_SEED: [u8; 32] = [0x6e; 32];
+
+/// The request verified as ingest verifies it: in one batch of Ed25519 checks with three valid
+/// Discord requests of another key, which must pass whatever the request is.
+fn verify_in_a_batch(
+    verifier: &SourceVerifier,
+    headers: &RequestHeaders,
+    body: &[u8],
+) -> Result<Verified, VerifyError> {
+    let neighbour = Scheme::Discord.verifier(&NEIGHBOUR_SEED);
+    let ts = NOW.to_string();
+    let neighbours: Vec<(RequestHeaders, Vec<u8>)> = (0..3)
+        .map(|n| {
+            let body = format!(r#"{{"id":"n{n}","type":2}}"#).into_bytes();
+            let message = Scheme::Discord.message("", &ts, &body);
+            let sig = Scheme::Discord.sign(&NEIGHBOUR_SEED, &message).unwrap();
+            (Scheme::Discord.headers("", &ts, &sig), body)
+        })
+        .collect();
+    let batch = Ed25519Batch::new();
+    // One thread, as one HTTP worker: polled first, the request under test leads the batch.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (target, others) = runtime.block_on(futures_util::future::join(
+        batched(verifier, headers, body, &batch),
+        futures_util::future::join_all(
+            neighbours
+                .iter()
+                .map(|(h, b)| batched(&neighbour, h, b, &batch)),
+        ),
+    ));
+    for other in others {
+        assert!(
+            other.is_ok(),
+            "a valid neighbour was refused: {:?}",
+            other.err()
+        );
+    }
+    target
+}
+
+async fn batched(
+    verifier: &SourceVerifier,
+    headers: &RequestHeaders,
+    body: &[u8],
+    batch: &Ed25519Batch,
+) -> Result<Verified, VerifyError> {
+    Unverified::new(headers.clone(), Bytes::copy_from_slice(body))
+        .with_target("POST", "")
+        .verify_batched_or_return(verifier, NOW, batch)
+        .await
+        .map_err(|r| r.error)
+}
+
 fn scheme() -> impl Strategy<Value = Scheme> {
     select(vec![Scheme::Discord, Scheme::Svix, Scheme::SendGrid])
 }
@@ -141,11 +199,13 @@ enum KeyText {
     Text(String),
 }
 
-/// Whether `bytes` are a public key for `algorithm` (the libraries' own parsers decide).
+/// Whether `bytes` are a usable public key for `algorithm` (the libraries' own parsers decide).
 fn is_key(algorithm: Algorithm, bytes: &[u8]) -> bool {
     match algorithm {
-        Algorithm::Ed25519 => <[u8; 32]>::try_from(bytes)
-            .is_ok_and(|raw| ed25519_dalek::VerifyingKey::from_bytes(&raw).is_ok()),
+        // A point of small order parses, and is refused as a weak key.
+        Algorithm::Ed25519 => <[u8; 32]>::try_from(bytes).is_ok_and(|raw| {
+            ed25519_dalek::VerifyingKey::from_bytes(&raw).is_ok_and(|k| !k.is_weak())
+        }),
         _ => {
             use p256::pkcs8::DecodePublicKey as _;
             p256::ecdsa::VerifyingKey::from_public_key_der(bytes).is_ok()
@@ -174,8 +234,11 @@ proptest! {
             return Ok(());
         };
         let verifier = scheme.verifier(&seed);
-        let result = verify_signed(&verifier, &scheme.headers(&id, &ts, &sig), &body, "");
+        let headers = scheme.headers(&id, &ts, &sig);
+        let result = verify_signed(&verifier, &headers, &body, "");
         prop_assert!(matches!(result, Ok(Verified::Event(_))), "{:?} refused: {:?}", scheme, result);
+        let batched = verify_in_a_batch(&verifier, &headers, &body);
+        prop_assert!(matches!(batched, Ok(Verified::Event(_))), "{:?} refused in a batch: {:?}", scheme, batched);
 
         let (mut sig, mut body, mut ts, mut verifier) = (sig, body, ts, verifier);
         match change {
@@ -196,10 +259,13 @@ proptest! {
                 verifier = scheme.verifier(&other);
             }
         }
-        let result = verify_signed(&verifier, &scheme.headers(&id, &ts, &sig), &body, "");
+        let headers = scheme.headers(&id, &ts, &sig);
+        let result = verify_signed(&verifier, &headers, &body, "");
         // The signature is checked before the timestamp's tolerance: a timestamp moved out
         // of it is refused for the signature too.
         prop_assert_eq!(result.err(), Some(VerifyError::InvalidSignature), "{:?} after {:?}", scheme, change);
+        let batched = verify_in_a_batch(&verifier, &headers, &body);
+        prop_assert_eq!(batched.err(), Some(VerifyError::InvalidSignature), "{:?} after {:?} in a batch", scheme, change);
     }
 
     /// A public key that does not parse is refused when the source is built, with the index
@@ -229,9 +295,9 @@ proptest! {
     }
 }
 
-/// Ed25519 is checked strictly: a signature whose S is not reduced (S + L, the same
-/// signature for a lenient verifier) is refused, so a captured request cannot be re-sent
-/// with a second valid signature.
+/// Ed25519 is checked strictly, alone and in a batch: a signature whose S is not reduced
+/// (S + L, the same signature for a lenient verifier) is refused, so a captured request
+/// cannot be re-sent with a second valid signature.
 #[test]
 fn non_canonical_ed25519_signatures_are_refused() {
     // The group order L, little-endian.
@@ -263,6 +329,10 @@ fn non_canonical_ed25519_signatures_are_refused() {
         let headers = Scheme::Discord.headers("", &ts, &sig);
         assert_eq!(
             verify_signed(&verifier_i, &headers, body, "").err(),
+            Some(VerifyError::InvalidSignature)
+        );
+        assert_eq!(
+            verify_in_a_batch(&verifier_i, &headers, body).err(),
             Some(VerifyError::InvalidSignature)
         );
         assert!(verify_signed(&verifier, &headers, body, "").is_err());
