@@ -106,6 +106,21 @@ pub struct Stall {
 pub const KEPT_UP_SHARE: f64 = 0.98;
 
 impl LoadReport {
+    /// An error naming `who` and the gateway log to read, unless every request of the
+    /// warm-up was answered 2xx: a warm-up that fails means a misconfigured run, not a result.
+    pub fn warm_up_ok(&self, who: &str, log: &std::path::Path) -> anyhow::Result<()> {
+        if self.non_2xx + self.conn_errors > 0 {
+            anyhow::bail!(
+                "{who} answered {} non-2xx ({:?}) and {} connection errors in the warm-up; see {}",
+                self.non_2xx,
+                self.statuses,
+                self.conn_errors,
+                log.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Whether a fixed-rate run's 2xx answers kept up with its rate (always, at a fixed
     /// concurrency).
     pub fn kept_up(&self) -> bool {

@@ -198,16 +198,7 @@ async fn measure(
         if let Some(f) = &flood {
             println!("    {:>28} {}", "flood:", f.line());
         }
-        if r.non_2xx + r.conn_errors > 0 {
-            bail!(
-                "{} answered {} non-2xx ({:?}) and {} connection errors in the warm-up; see {}",
-                leg.name,
-                r.non_2xx,
-                r.statuses,
-                r.conn_errors,
-                gw.log.display()
-            );
-        }
+        r.warm_up_ok(&leg.name, &gw.log)?;
         fastest = fastest.max(r.throughput);
     }
     for round in 0..sizes.rounds {

@@ -279,16 +279,7 @@ async fn measure(
     for leg in &legs {
         let (r, _) = segment(ctx, &leg.source, &gw, (requests / 4).max(1)).await?;
         println!("    warm-up {:>8}: {}", leg.name, r.line());
-        if r.non_2xx + r.conn_errors > 0 {
-            bail!(
-                "{} answered {} non-2xx ({:?}) and {} connection errors in the warm-up; see {}",
-                leg.name,
-                r.non_2xx,
-                r.statuses,
-                r.conn_errors,
-                gw.log.display()
-            );
-        }
+        r.warm_up_ok(&leg.name, &gw.log)?;
     }
     for round in 0..rounds {
         let order: Vec<usize> = if round % 2 == 0 {

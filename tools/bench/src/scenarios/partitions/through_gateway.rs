@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::{Gateway, GwConfig, Role};
@@ -118,16 +118,7 @@ async fn measure(
     for (gw, side) in gateways.iter().zip(&sides) {
         let (r, _) = segment(ctx, gw, length / 2, fastest).await?;
         println!("    warm-up {:>16}: {}", side.build, r.line());
-        if r.non_2xx + r.conn_errors > 0 {
-            bail!(
-                "{} answered {} non-2xx ({:?}) and {} connection errors in the warm-up; see {}",
-                side.build,
-                r.non_2xx,
-                r.statuses,
-                r.conn_errors,
-                gw.log.display()
-            );
-        }
+        r.warm_up_ok(&side.build, &gw.log)?;
         fastest = fastest.max(r.throughput);
     }
     let mut cpu = [0.0_f64; 2];
