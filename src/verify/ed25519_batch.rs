@@ -188,7 +188,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_of_one_is_checked_strictly() {
+    fn a_batch_of_one_answers_for_its_own_signature() {
         let a = key(7);
         let mut one = item(&a, b"m");
         assert_eq!(check_all(std::slice::from_ref(&one)), vec![true]);

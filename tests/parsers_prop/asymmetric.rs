@@ -137,8 +137,7 @@ async fn batched(
     body: &[u8],
     batch: &Ed25519Batch,
 ) -> Result<Verified, VerifyError> {
-    Unverified::new(headers.clone(), Bytes::copy_from_slice(body))
-        .with_target("POST", "")
+    post(headers, body, "")
         .verify_batched_or_return(verifier, NOW, batch)
         .await
         .map_err(|r| r.error)

@@ -115,15 +115,18 @@ pub(crate) fn signed_request(verifier: &SourceVerifier, id: &str, filler: &str) 
         .unwrap_or_else(|e| panic!("{}: {e}", verifier.provider_name()))
 }
 
+/// A POST of `headers` and `body` to a webhook URL with `query`, before verification.
+pub(crate) fn post(headers: &RequestHeaders, body: &[u8], query: &str) -> Unverified {
+    Unverified::new(headers.clone(), Bytes::copy_from_slice(body)).with_target("POST", query)
+}
+
 pub(crate) fn verify_signed(
     verifier: &SourceVerifier,
     headers: &RequestHeaders,
     body: &[u8],
     query: &str,
 ) -> Result<Verified, VerifyError> {
-    Unverified::new(headers.clone(), Bytes::copy_from_slice(body))
-        .with_target("POST", query)
-        .verify(verifier, NOW)
+    post(headers, body, query).verify(verifier, NOW)
 }
 
 /// The request with the header `name` (every occurrence) set to `value`.
