@@ -46,6 +46,16 @@ impl Drop for Slots {
     }
 }
 
+/// The task renewing a delivery's lease, stopped however the delivery ends (a crash
+/// point's abandonment included).
+struct Renewing(tokio::task::JoinHandle<()>);
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Context {
     /// Delivers and records the outcome. Returns false when the job was abandoned (a crash
     /// point, or the outcome could not be written): its lease will expire and the reconciler
@@ -63,7 +73,10 @@ impl Context {
             return self.finish(&job, JobUpdate::Failed, record).await;
         };
 
-        let heartbeat = self.queue.keep_leased(&job, self.config.worker.lease);
+        // Renewed until the outcome commits, not only while the request is out: a live
+        // worker whose outcome write waits (a busy pool, a slow database, the circuit's
+        // count first) must not have its job taken and delivered again.
+        let _heartbeat = Renewing(self.queue.keep_leased(&job, self.config.worker.lease));
         let event_id = job.event_id.to_string();
         let delivery_id = job.job_id.to_string();
         let report = self
@@ -83,7 +96,6 @@ impl Context {
                 },
             )
             .await;
-        heartbeat.abort();
         drop(slots);
         if self.crash.hit(CrashPoint::AfterSend) {
             return false;
@@ -137,6 +149,7 @@ impl Context {
         if self.crash.hit(CrashPoint::BeforeOutcome) {
             return false;
         }
+        self.crash.pass(CrashPoint::BeforeOutcome).await;
         let record = self.record(
             &job,
             report.started_at,

@@ -8,10 +8,12 @@ use crate::both_backends;
 use crate::support::sink::{Answer, Sink};
 use crate::support::{spawn_app_with_sink, Backend};
 use hookgate::queue::JobStatus;
+use hookgate::worker::CrashPoint;
 
 both_backends!(
     an_attempt_that_outlasts_its_timeout_is_retried,
     a_long_delivery_renews_its_lease,
+    a_delivery_waiting_to_record_its_outcome_keeps_its_lease,
     a_slow_destination_cannot_starve_the_others,
     a_backlog_is_claimed_without_waiting_out_the_batch_window,
     a_shallow_queue_is_claimed_once_per_batch_window,
@@ -54,14 +56,7 @@ async fn a_long_delivery_renews_its_lease(backend: Backend) {
         s.worker.lease = "1s".into();
     })
     .await;
-    let body = r#"{"type":"user.created"}"#;
-    let headers = crate::support::signing::svix_headers(
-        crate::support::SVIX_SECRET,
-        "msg_long",
-        crate::support::signing::now(),
-        body.as_bytes(),
-    );
-    assert_eq!(app.post_webhook("svix", &headers, body).await.status(), 200);
+    app.ingest_svix("msg_long").await;
     let worker = Arc::new(app.worker());
     let delivering = {
         let worker = worker.clone();
@@ -78,6 +73,52 @@ async fn a_long_delivery_renews_its_lease(backend: Backend) {
     assert_eq!(delivering.await.unwrap(), 1);
     assert_eq!(app.store.count_jobs(JobStatus::Succeeded).await.unwrap(), 1);
     assert_eq!(sink.received("/billing").len(), 1);
+}
+
+/// The lease is renewed until the outcome commits, not only while the request is out: a
+/// live worker whose outcome write waits past the lease (a busy pool, a slow database) keeps
+/// the job, so the reconciler does not hand it to another worker to deliver again.
+async fn a_delivery_waiting_to_record_its_outcome_keeps_its_lease(backend: Backend) {
+    let sink = Sink::start().await;
+    let app = spawn_app_with_sink(backend, &sink, |s| {
+        s.sources.retain(|src| src.name == "svix");
+        s.worker.lease = "1s".into();
+    })
+    .await;
+    let event = app.ingest_svix("msg_slow_outcome").await;
+    let worker = Arc::new(app.worker());
+    let hold = worker.crash_points().hold(CrashPoint::BeforeOutcome);
+    let delivering = {
+        let worker = worker.clone();
+        tokio::spawn(async move { worker.run_once().await.unwrap() })
+    };
+    hold.reached.notified().await;
+    assert_eq!(sink.received("/billing").len(), 1, "the destination has it");
+    let claimed_until = app.job(event, "billing").await.locked_until.unwrap();
+
+    // Renewals come every third of the lease; the deadline only bounds a broken renewal.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let until = app.job(event, "billing").await.locked_until.unwrap();
+        if until > claimed_until {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease was not renewed while the outcome waited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let past_the_claim = claimed_until + chrono::Duration::milliseconds(1);
+    let report = app.reconciler().sweep_at(past_the_claim).await.unwrap();
+    assert_eq!(report.expired_leases, 0, "a live delivery keeps its job");
+
+    hold.release.notify_one();
+    assert_eq!(delivering.await.unwrap(), 1);
+    let job = app.job(event, "billing").await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    assert_eq!(job.attempts, 1);
+    assert_eq!(sink.received("/billing").len(), 1, "delivered once");
 }
 
 async fn a_slow_destination_cannot_starve_the_others(backend: Backend) {

@@ -42,7 +42,7 @@ async fn crash_and_recover(backend: Backend, point: CrashPoint, deliveries_befor
         s.sources.retain(|src| src.name == "svix");
     })
     .await;
-    let event = ingest_svix(&app, "msg_crash").await;
+    let event = app.ingest_svix("msg_crash").await;
     let doomed = app.worker();
     doomed.crash_points().arm(point, 1);
     doomed.run_once().await.unwrap();
@@ -88,20 +88,6 @@ async fn outcomes(app: &TestApp, job: hookgate::domain::JobId) -> Vec<String> {
     history.into_iter().map(|a| a.outcome).collect()
 }
 
-async fn ingest_svix(app: &TestApp, id: &str) -> EventId {
-    let body = r#"{"type":"user.created"}"#;
-    let headers = crate::support::signing::svix_headers(
-        crate::support::SVIX_SECRET,
-        id,
-        crate::support::signing::now(),
-        body.as_bytes(),
-    );
-    let r = app.post_webhook("svix", &headers, body).await;
-    assert_eq!(r.status(), 200);
-    let json: serde_json::Value = r.json().await.unwrap();
-    EventId::parse(json["id"].as_str().unwrap()).unwrap()
-}
-
 async fn crash_after_claim_redelivers_once(backend: Backend) {
     crash_and_recover(backend, CrashPoint::AfterClaim, 0).await;
 }
@@ -121,8 +107,8 @@ async fn crash_during_reconciliation_is_finished_by_the_next_sweep(backend: Back
     })
     .await;
     let events = [
-        ingest_svix(&app, "msg_a").await,
-        ingest_svix(&app, "msg_b").await,
+        app.ingest_svix("msg_a").await,
+        app.ingest_svix("msg_b").await,
     ];
     let doomed = app.worker();
     doomed.crash_points().arm(CrashPoint::AfterClaim, 2);
@@ -159,7 +145,7 @@ async fn a_lost_lease_cannot_overwrite_the_newer_result(backend: Backend) {
         s.sources.retain(|src| src.name == "svix");
     })
     .await;
-    let event = ingest_svix(&app, "msg_fenced").await;
+    let event = app.ingest_svix("msg_fenced").await;
     let now = Utc::now();
     let lease = chrono::Duration::seconds(30);
     // A slow worker claims the job, then stalls past its lease.
@@ -232,9 +218,9 @@ async fn outcomes_written_together_are_fenced_one_by_one(backend: Backend) {
     })
     .await;
     let events = [
-        ingest_svix(&app, "msg_batch_a").await,
-        ingest_svix(&app, "msg_batch_b").await,
-        ingest_svix(&app, "msg_batch_c").await,
+        app.ingest_svix("msg_batch_a").await,
+        app.ingest_svix("msg_batch_b").await,
+        app.ingest_svix("msg_batch_c").await,
     ];
     let now = Utc::now();
     let claimed = app
@@ -328,7 +314,7 @@ async fn graceful_shutdown_hands_unfinished_jobs_back(backend: Backend) {
         s.worker.shutdown_grace = "200ms".into();
     })
     .await;
-    let event = ingest_svix(&app, "msg_shutdown").await;
+    let event = app.ingest_svix("msg_shutdown").await;
     let worker = app.start_worker();
     sink.wait_for("/billing", 1, std::time::Duration::from_secs(10))
         .await;

@@ -404,6 +404,18 @@ impl TestApp {
         hookgate::domain::EventId::parse(json["id"].as_str().unwrap()).unwrap()
     }
 
+    /// Posts a Standard Webhooks event to the `svix` source (one route: `billing`) and
+    /// returns its hookgate id.
+    pub async fn ingest_svix(&self, webhook_id: &str) -> hookgate::domain::EventId {
+        let body = r#"{"type":"user.created"}"#;
+        let headers =
+            signing::svix_headers(SVIX_SECRET, webhook_id, signing::now(), body.as_bytes());
+        let r = self.post_webhook("svix", &headers, body).await;
+        assert_eq!(r.status(), 200);
+        let json: serde_json::Value = r.json().await.unwrap();
+        hookgate::domain::EventId::parse(json["id"].as_str().unwrap()).unwrap()
+    }
+
     /// Posts `count` Stripe events, `{prefix}_0`, `{prefix}_1`, ... one after another, and
     /// returns their hookgate ids in that order.
     pub async fn ingest_stripes(
