@@ -14,6 +14,12 @@
 //!   on resuming). On PostgreSQL, a restart or cut connections in that window explain it
 //!   too, as a separate count.
 //!
+//! One more story repeats an attempt without a lease expiring: the process sent it and was
+//! paused before it read the answer; on resuming it finds the attempt's timeout run out,
+//! records a `retry` under its claim, and the job goes out again. The checker wants that
+//! attempt's `retry` row written by the paused process, and the pause to start from the
+//! copy's arrival to one timeout later and to outlast the timeout.
+//!
 //! Any other extra copy is unexplained, and a violation.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -51,6 +57,8 @@ pub struct Context<'a> {
     /// Every slot's name and kind.
     pub slots: &'a [(String, Kind)],
     pub lease_secs: f64,
+    /// The sink destination's per-attempt timeout.
+    pub timeout_secs: f64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -59,8 +67,9 @@ pub struct DuplicateFindings {
     pub deliveries: u64,
     /// Accepted copies beyond the one the job's `succeeded` row records.
     pub extra: u64,
-    /// Extra copies after a lease expired because of a kill or a pause, by fault and
-    /// process (`kill -9 pg-worker-1`).
+    /// Extra copies after a lease expired because of a kill or a pause, or after a pause
+    /// kept the process from reading the answer in time, by fault and process
+    /// (`kill -9 pg-worker-1`).
     pub after_process_fault: BTreeMap<String, u64>,
     /// Extra copies after a lease expired while PostgreSQL restarted or its connections
     /// were cut (the outcome could not be written), by fault.
@@ -105,7 +114,7 @@ impl DuplicateFindings {
             }
         };
         format!(
-            "{} extra copies of {} deliveries: {} explained by a lease expiring after a kill/pause of the process holding it{}, {} by a lease expiring while PostgreSQL was down or cut off{}, {} unexplained",
+            "{} extra copies of {} deliveries: {} explained by a kill/pause of the process holding it (its lease expired, or its answer timed out while paused){}, {} by a lease expiring while PostgreSQL was down or cut off{}, {} unexplained",
             self.extra,
             self.deliveries,
             self.explained_by_process(),
@@ -258,6 +267,9 @@ fn explain(
         };
     }
     let of_attempt: Vec<&AttemptRow> = rows.iter().filter(|r| r.attempt == attempt).collect();
+    if let Some(slot) = paused_past_its_timeout(&of_attempt, t, cx) {
+        return Ok((format!("pause {slot}"), What::Pause));
+    }
     if !of_attempt.iter().any(|r| r.outcome == "lease_expired") {
         let outcomes: Vec<&str> = of_attempt.iter().map(|r| r.outcome.as_str()).collect();
         return Err(format!(
@@ -303,6 +315,26 @@ fn explain(
         t - SLACK_SECS,
         t + cx.lease_secs
     ))
+}
+
+/// The process that recorded a `retry` for the attempt that arrived at `t` when it was
+/// paused from then until its answer had timed out (see the module's documentation).
+fn paused_past_its_timeout<'a>(rows: &[&AttemptRow], t: f64, cx: &Context<'a>) -> Option<&'a str> {
+    let timed_out_at = t + cx.timeout_secs;
+    let paused = |slot: &str| {
+        cx.faults.iter().any(|f| {
+            what(f) == Some(What::Pause)
+                && f.slot.as_deref() == Some(slot)
+                && (t - SLACK_SECS..=timed_out_at).contains(&f.at_secs)
+                && f.ends_secs
+                    .is_some_and(|end| end >= timed_out_at - SLACK_SECS)
+        })
+    };
+    (rows.iter())
+        .filter(|r| r.outcome == "retry")
+        .filter_map(|r| cx.slots_by_pid.get(&pid_of(&r.worker_id)?))
+        .map(String::as_str)
+        .find(|slot| paused(slot))
 }
 
 /// Every attempt row of the deliveries to the sink (not of the broker's `bus`).

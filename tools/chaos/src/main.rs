@@ -10,6 +10,7 @@ mod check;
 mod config;
 mod drain;
 mod duplicates;
+mod evidence;
 mod faults;
 mod load;
 mod ordered;
@@ -491,6 +492,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             slots_by_pid: &procs.slots_by_pid(),
             slots: &slots,
             lease_secs: config::LEASE.as_secs_f64(),
+            timeout_secs: config::DEST_TIMEOUT.as_secs_f64(),
         },
     );
     let findings = check::check(&records, &deliveries, &postgres, &sqlite);
@@ -560,6 +562,17 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         fault_log,
     };
     print!("{}", report.text());
+    let logs: Vec<(String, PathBuf)> = (procs.specs.iter())
+        .map(|s| (s.name.clone(), s.log.clone()))
+        .collect();
+    print!(
+        "{}",
+        evidence::for_unexplained(
+            &report.duplicates.unexplained,
+            &logs,
+            config::LEASE.as_secs_f64()
+        )
+    );
     if let Some(path) = &cli.report {
         let body = if path.extension().is_some_and(|e| e == "json") {
             serde_json::to_string_pretty(&report)?

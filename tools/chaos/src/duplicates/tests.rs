@@ -4,6 +4,7 @@ use super::*;
 use bytes::Bytes;
 
 const LEASE: f64 = 5.0;
+const TIMEOUT: f64 = 2.0;
 
 fn copy(path: &str, id: &str, attempt: u32, at_secs: f64) -> Delivery {
     Delivery {
@@ -80,6 +81,7 @@ fn run(deliveries: &[Delivery], attempts: &Attempts, faults: &[FaultEvent]) -> D
             slots_by_pid: &slots_by_pid,
             slots: &slots(),
             lease_secs: LEASE,
+            timeout_secs: TIMEOUT,
         },
     )
 }
@@ -207,6 +209,48 @@ fn a_late_report_names_the_paused_process_and_a_stale_copy_counts_too() {
     let f = run(&deliveries, &attempts, &[other]);
     assert_eq!(f.unexplained.len(), 1, "{f:?}");
     assert!(f.unexplained[0].contains("pause of pg-worker-2"), "{f:?}");
+}
+
+#[test]
+fn a_pause_that_outlasts_the_timeout_explains_a_retry_of_an_accepted_attempt() {
+    // pg-worker-1 (pid 77) sent attempt 1, accepted at +10 s, and was paused at once for
+    // 8 s: on resuming, the attempt's 2 s timeout had run out, so it recorded a retry, and
+    // attempt 2 went out.
+    let (deliveries, mut attempts) = expired_once("/postgres/ordered");
+    attempts.insert(
+        ("e".into(), "ordered".into()),
+        vec![
+            row(1, "vm-77-aa", "retry"),
+            row(2, "vm-4242-bb", "succeeded"),
+        ],
+    );
+    let pause = |slot, at, ends| fault("pause (SIGSTOP) worker (pg)", Some(slot), at, Some(ends));
+    let f = run(&deliveries, &attempts, &[pause("pg-worker-1", 10.0, 18.0)]);
+    assert_eq!(
+        f.after_process_fault.get("pause pg-worker-1"),
+        Some(&1),
+        "{f:?}"
+    );
+    assert!(f.violations().is_empty(), "{f:?}");
+
+    for faults in [
+        // The other worker's pause: the one that recorded the retry read its answer.
+        vec![pause("pg-worker-2", 10.0, 18.0)],
+        // Paused before the request went out: the process did not send this copy.
+        vec![pause("pg-worker-1", 8.0, 18.0)],
+        // Resumed before the timeout ran out: it would have read the answer.
+        vec![pause("pg-worker-1", 10.0, 11.0)],
+        // A kill writes no retry.
+        vec![fault(
+            "kill -9 worker (pg)",
+            Some("pg-worker-1"),
+            10.0,
+            Some(11.0),
+        )],
+    ] {
+        let f = run(&deliveries, &attempts, &faults);
+        assert_eq!(f.unexplained.len(), 1, "{faults:?}: {f:?}");
+    }
 }
 
 #[test]
