@@ -15,6 +15,8 @@ pub enum CrashPoint {
     AfterSend,
     /// The answer is classified; the outcome is not committed.
     BeforeOutcome,
+    /// An outcome write failed for a reason a retry may get past; it is tried again next.
+    OutcomeRetry,
     /// The reconciler has repaired one job and stops before the rest.
     ReconcileAfterRepair,
 }

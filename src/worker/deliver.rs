@@ -12,6 +12,7 @@ use crate::delivery::{Deliverer, Delivery};
 use crate::queue::{JobQueue, NextStep, Verdict};
 use crate::store::{
     AttemptOutcome, AttemptRecord, CircuitChange, ClaimedJob, GroupCommit, JobOutcome, JobUpdate,
+    StoreError,
 };
 use crate::telemetry::Metrics;
 
@@ -30,6 +31,10 @@ pub(super) struct Context {
     pub ordered: Arc<std::collections::BTreeSet<String>>,
     pub line_moved: Arc<tokio::sync::Notify>,
 }
+
+/// The first pause before an outcome write is tried again, and the longest.
+const OUTCOME_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
+const OUTCOME_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A delivery's concurrency permits (the process's and its destination's). Dropping them
 /// wakes the claim loop, which may have been waiting for room.
@@ -229,6 +234,13 @@ impl Context {
         }
     }
 
+    /// Writes the outcome. The destination has answered, so giving up on the write means
+    /// delivering the job again: a failure a retry may get past (a cut connection, a
+    /// restarting database, SQLite's write lock held elsewhere) is tried again, with a
+    /// growing pause, for up to a lease; the lease is renewed meanwhile, and every write is
+    /// fenced by the claim token. A write that did commit but whose answer was lost leaves
+    /// the retry finding the claim gone: it records a `lease_lost` attempt beside the real
+    /// outcome, and the job keeps the real one.
     async fn finish(&self, job: &ClaimedJob, update: JobUpdate, record: AttemptRecord) -> bool {
         let outcome = JobOutcome {
             job: job.job_id,
@@ -237,15 +249,28 @@ impl Context {
             record,
             now: Utc::now(),
         };
-        match self.outcomes.submit(outcome).await {
-            Ok(true) => true,
-            Ok(false) => {
-                tracing::warn!(job_id = %job.job_id, "lease lost before the outcome was recorded; a newer claim owns the job");
-                true
-            }
-            Err(e) => {
-                tracing::warn!(job_id = %job.job_id, error = %e, "could not record the outcome; the lease will expire and the job be retried");
-                false
+        let give_up_at = tokio::time::Instant::now() + self.config.worker.lease;
+        let mut pause = OUTCOME_RETRY_FIRST;
+        loop {
+            match self.outcomes.submit(outcome.clone()).await {
+                Ok(true) => return true,
+                Ok(false) => {
+                    tracing::warn!(job_id = %job.job_id, "lease lost before the outcome was recorded; a newer claim owns the job");
+                    return true;
+                }
+                Err(e)
+                    if matches!(*e, StoreError::Unavailable(_))
+                        && tokio::time::Instant::now() + pause < give_up_at =>
+                {
+                    tracing::warn!(job_id = %job.job_id, error = %e, "could not record the outcome; trying again");
+                    self.crash.pass(CrashPoint::OutcomeRetry).await;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(OUTCOME_RETRY_MAX);
+                }
+                Err(e) => {
+                    tracing::warn!(job_id = %job.job_id, error = %e, "could not record the outcome; the lease will expire and the job be retried");
+                    return false;
+                }
             }
         }
     }

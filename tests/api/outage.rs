@@ -1,13 +1,18 @@
 //! When the store cannot commit, the gateway answers 503 with Retry-After and stores
-//! nothing; the provider's retry then succeeds once the store is back.
+//! nothing; the provider's retry then succeeds once the store is back. A worker whose
+//! outcome the store cannot take writes it once the store is back.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use sqlx::Connection as _;
 
 use crate::both_backends;
 use crate::support::proxy::TcpProxy;
+use crate::support::sink::Sink;
 use crate::support::{error_code, spawn_app_with, Backend, TestApp};
+use hookgate::queue::JobStatus;
+use hookgate::worker::CrashPoint;
 
 async fn assert_store_unavailable(app: &TestApp, body: &str) {
     let r = app.post_stripe(body).await;
@@ -45,9 +50,8 @@ async fn assert_stored_after_recovery(app: &TestApp, body: &str, provider_event_
     assert_eq!(app.store.jobs_for_event(event.id).await.unwrap().len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_unreachable_gives_503_and_stores_nothing() {
-    // The gateway talks to PostgreSQL through a proxy the test can cut.
+/// A proxy to the test PostgreSQL server, which a test can cut.
+async fn postgres_proxy() -> TcpProxy {
     let server = url::Url::parse(&crate::support::postgres::admin_url().await).unwrap();
     let target: SocketAddr = format!(
         "{}:{}",
@@ -56,14 +60,21 @@ async fn postgres_unreachable_gives_503_and_stores_nothing() {
     )
     .parse()
     .expect("the test server has a numeric address");
-    let proxy = TcpProxy::start(target).await;
-    let proxy_port = proxy.addr.port();
-    let app = spawn_app_with(Backend::Postgres, |_, real| {
-        let mut url = url::Url::parse(real).unwrap();
-        url.set_port(Some(proxy_port)).unwrap();
-        url.to_string()
-    })
-    .await;
+    TcpProxy::start(target).await
+}
+
+/// `real`, the test database's URL, through `proxy`.
+fn through(proxy: &TcpProxy, real: &str) -> String {
+    let mut url = url::Url::parse(real).unwrap();
+    url.set_port(Some(proxy.addr.port())).unwrap();
+    url.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_unreachable_gives_503_and_stores_nothing() {
+    // The gateway talks to PostgreSQL through a proxy the test can cut.
+    let proxy = postgres_proxy().await;
+    let app = spawn_app_with(Backend::Postgres, |_, real| through(&proxy, real)).await;
 
     let body = r#"{"id":"evt_outage_pg","type":"charge.succeeded"}"#;
     proxy.cut();
@@ -280,4 +291,103 @@ async fn closing_the_store_does_not_wait_for_held_connections(backend: Backend) 
     tokio::time::timeout(std::time::Duration::from_secs(10), store.close())
         .await
         .expect("close waited for a held connection");
+}
+
+/// What keeps the store from taking a write while a test says so.
+enum Outage {
+    /// PostgreSQL, reached through a proxy that is cut.
+    Cut(TcpProxy),
+    /// SQLite, its write lock held by another connection past the busy timeout.
+    Locked(Option<sqlx::SqliteConnection>),
+}
+
+impl Outage {
+    async fn begin(&mut self, app: &TestApp) {
+        match self {
+            Outage::Cut(proxy) => proxy.cut(),
+            Outage::Locked(locker) => {
+                let mut conn = sqlx::SqliteConnection::connect(&app.database_url)
+                    .await
+                    .unwrap();
+                sqlx::raw_sql("BEGIN EXCLUSIVE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                *locker = Some(conn);
+            }
+        }
+    }
+
+    async fn end(&mut self) {
+        match self {
+            Outage::Cut(proxy) => proxy.restore(),
+            Outage::Locked(locker) => {
+                let mut conn = locker.take().expect("the lock is held");
+                sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_outcome_the_store_could_not_take_is_written_once_it_is_back() {
+    let sink = Sink::start().await;
+    let proxy = postgres_proxy().await;
+    let app = spawn_app_with(Backend::Postgres, |settings, real| {
+        to_sink(settings, &sink);
+        through(&proxy, real)
+    })
+    .await;
+    outcome_written_once_the_store_is_back(&app, &sink, Outage::Cut(proxy)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_outcome_the_store_could_not_take_is_written_once_it_is_back() {
+    let sink = Sink::start().await;
+    let app = spawn_app_with(Backend::Sqlite, |settings, real| {
+        to_sink(settings, &sink);
+        settings.database.busy_timeout = "200ms".into();
+        real.to_owned()
+    })
+    .await;
+    outcome_written_once_the_store_is_back(&app, &sink, Outage::Locked(None)).await;
+}
+
+fn to_sink(settings: &mut hookgate::config::Settings, sink: &Sink) {
+    settings.sources.retain(|src| src.name == "svix");
+    for d in &mut settings.destinations {
+        d.url = sink.url(&format!("/{}", d.name));
+    }
+}
+
+/// The destination has answered, and the outcome's write fails for a reason a retry gets
+/// past: the worker tries again until the store is back, so the job ends on its first
+/// attempt and the destination gets it once, instead of the lease running out and the
+/// job going out again.
+async fn outcome_written_once_the_store_is_back(app: &TestApp, sink: &Sink, mut outage: Outage) {
+    let event = app.ingest_svix("msg_outcome_outage").await;
+    let worker = std::sync::Arc::new(app.worker());
+    let answered = worker.crash_points().hold(CrashPoint::BeforeOutcome);
+    let retrying = worker.crash_points().hold(CrashPoint::OutcomeRetry);
+    let delivering = {
+        let worker = worker.clone();
+        tokio::spawn(async move { worker.run_once().await.unwrap() })
+    };
+    answered.reached.notified().await;
+    outage.begin(app).await;
+    answered.release.notify_one();
+    tokio::time::timeout(Duration::from_secs(20), retrying.reached.notified())
+        .await
+        .expect("the failed outcome write is tried again");
+    outage.end().await;
+    retrying.release.notify_one();
+
+    assert_eq!(delivering.await.unwrap(), 1);
+    let job = app.job(event, "billing").await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    assert_eq!(job.attempts, 1);
+    let history = app.store.attempts_for_job(job.id).await.unwrap();
+    let outcomes: Vec<&str> = history.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["succeeded"]);
+    assert_eq!(sink.received("/billing").len(), 1, "delivered once");
 }
