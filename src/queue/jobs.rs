@@ -121,22 +121,13 @@ impl JobQueue {
         self.store.renew_lease(job, claim_token, until).await
     }
 
-    /// Renews the job's lease every third of its length until the task is aborted or the
-    /// claim is lost, so a slow but live delivery is not taken for a crashed one.
-    pub fn keep_leased(&self, job: &ClaimedJob, lease: Duration) -> tokio::task::JoinHandle<()> {
-        let queue = self.clone();
-        let (job_id, token) = (job.job_id, job.claim_token);
-        tokio::spawn(async move {
-            let span = lease_span(lease);
-            loop {
-                tokio::time::sleep(lease / 3).await;
-                match queue.renew(job_id, token, Utc::now() + span).await {
-                    Ok(true) => {}
-                    Ok(false) => return, // claim lost: nothing left to renew
-                    Err(e) => tracing::warn!(%job_id, error = %e, "lease renewal failed"),
-                }
-            }
-        })
+    /// Extends many claims' leases at once; returns the jobs whose claims still held.
+    pub async fn renew_all(
+        &self,
+        leases: &[(JobId, Uuid)],
+        until: DateTime<Utc>,
+    ) -> Result<Vec<JobId>, StoreError> {
+        self.store.renew_leases(leases, until).await
     }
 
     /// Returns a claimed job to the queue, due now, recording its attempt as `released`

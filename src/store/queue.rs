@@ -60,38 +60,69 @@ impl Store {
         dispatch!(self, s => s.finish_jobs(outcomes).await)
     }
 
-    /// Extends a lease while its claim holds. On PostgreSQL it is delivery bookkeeping, on
-    /// the relaxed connections (see `PgStore::relaxed`).
+    /// Extends a lease while its claim holds.
     pub async fn renew_lease(
         &self,
         job: JobId,
         claim_token: Uuid,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        const SQL: &str = "UPDATE jobs SET locked_until = $1 \
-            WHERE id = $2 AND claim_token = $3 AND status = 'in_progress'";
-        let done = match self {
-            Self::Postgres(s) => s
-                .relaxed()
-                .run(async |conn: &mut sqlx::PgConnection| {
-                    sqlx::query(SQL)
+        let renewed = self.renew_leases(&[(job, claim_token)], until).await?;
+        Ok(renewed == [job])
+    }
+
+    /// Extends the leases of many claims at once, each while its claim holds; returns the
+    /// jobs renewed. On PostgreSQL it is one statement over arrays, delivery bookkeeping on
+    /// the relaxed connections (see `PgStore::relaxed`); on SQLite one transaction.
+    pub async fn renew_leases(
+        &self,
+        leases: &[(JobId, Uuid)],
+        until: DateTime<Utc>,
+    ) -> Result<Vec<JobId>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self {
+            Self::Postgres(s) => {
+                const SQL: &str = "UPDATE jobs j SET locked_until = $1 \
+                    FROM UNNEST($2::uuid[], $3::uuid[]) AS r(id, token) \
+                    WHERE j.id = r.id AND j.claim_token = r.token AND j.status = 'in_progress' \
+                    RETURNING j.id";
+                let ids: Vec<Uuid> = leases.iter().map(|(j, _)| j.as_uuid()).collect();
+                let tokens: Vec<Uuid> = leases.iter().map(|(_, t)| *t).collect();
+                let renewed: Vec<Uuid> = s
+                    .relaxed()
+                    .run(async |conn: &mut sqlx::PgConnection| {
+                        sqlx::query_scalar(SQL)
+                            .bind(At(until))
+                            .bind(&ids)
+                            .bind(&tokens)
+                            .fetch_all(conn)
+                            .await
+                    })
+                    .await?;
+                Ok(renewed.into_iter().map(JobId::from_uuid).collect())
+            }
+            Self::Sqlite(s) => {
+                const SQL: &str = "UPDATE jobs SET locked_until = $1 \
+                    WHERE id = $2 AND claim_token = $3 AND status = 'in_progress'";
+                let mut tx = s.pool.begin().await?;
+                let mut renewed = Vec::new();
+                for (job, token) in leases {
+                    let done = sqlx::query(SQL)
                         .bind(At(until))
-                        .bind(Id::from(job))
-                        .bind(Id(claim_token))
-                        .execute(conn)
-                        .await
-                })
-                .await?
-                .rows_affected(),
-            Self::Sqlite(s) => sqlx::query(SQL)
-                .bind(At(until))
-                .bind(Id::from(job))
-                .bind(Id(claim_token))
-                .execute(&s.pool)
-                .await?
-                .rows_affected(),
-        };
-        Ok(done == 1)
+                        .bind(Id::from(*job))
+                        .bind(Id(*token))
+                        .execute(&mut *tx)
+                        .await?;
+                    if done.rows_affected() == 1 {
+                        renewed.push(*job);
+                    }
+                }
+                tx.commit().await?;
+                Ok(renewed)
+            }
+        }
     }
 
     /// Something to wait on for new jobs: PostgreSQL LISTEN/NOTIFY, or an in-process signal.

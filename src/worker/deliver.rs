@@ -30,6 +30,8 @@ pub(super) struct Context {
     /// (no NOTIFY) may come to say so.
     pub ordered: Arc<std::collections::BTreeSet<String>>,
     pub line_moved: Arc<tokio::sync::Notify>,
+    /// Renews the leases of this process's deliveries.
+    pub leases: super::leases::LeaseKeeper,
 }
 
 /// The first pause before an outcome write is tried again, and the longest.
@@ -48,16 +50,6 @@ impl Drop for Slots {
         // Released before the wake-up, so the woken loop sees the room.
         drop(self.permits.take());
         self.freed.notify_one();
-    }
-}
-
-/// The task renewing a delivery's lease, stopped however the delivery ends (a crash
-/// point's abandonment included).
-struct Renewing(tokio::task::JoinHandle<()>);
-
-impl Drop for Renewing {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -81,7 +73,7 @@ impl Context {
         // Renewed until the outcome commits, not only while the request is out: a live
         // worker whose outcome write waits (a busy pool, a slow database, the circuit's
         // count first) must not have its job taken and delivered again.
-        let _heartbeat = Renewing(self.queue.keep_leased(&job, self.config.worker.lease));
+        let _kept = self.leases.keep(&job);
         let event_id = job.event_id.to_string();
         let delivery_id = job.job_id.to_string();
         let report = self

@@ -4,6 +4,7 @@
 mod crash;
 mod deliver;
 mod gate;
+mod leases;
 mod reconcile;
 
 use std::collections::{BTreeMap, HashMap};
@@ -387,6 +388,10 @@ impl Worker {
                             .collect(),
                     ),
                     line_moved: self.line_moved.clone(),
+                    leases: leases::LeaseKeeper::start(
+                        self.queue.clone(),
+                        self.config.worker.lease,
+                    ),
                 })
             })
             .clone();

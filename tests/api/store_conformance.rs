@@ -222,6 +222,19 @@ async fn the_queue_claims_renews_finishes_hands_back_and_expires(backend: Backen
         .unwrap());
     let renewed = store.get_job(job.job_id).await.unwrap().unwrap();
     assert_eq!(renewed.locked_until.map(ms), Some(ms(later)));
+    // Many at once (a process's lease keeper): only pairs whose claim holds are renewed.
+    let much_later = later + chrono::Duration::seconds(60);
+    let stale = (job.job_id, Uuid::from_u128(42));
+    let held = (job.job_id, job.claim_token);
+    let renewed = store.renew_leases(&[stale, held], much_later).await;
+    assert_eq!(renewed.unwrap(), [job.job_id]);
+    assert!(store
+        .renew_leases(&[stale], much_later)
+        .await
+        .unwrap()
+        .is_empty());
+    let renewed = store.get_job(job.job_id).await.unwrap().unwrap();
+    assert_eq!(renewed.locked_until.map(ms), Some(ms(much_later)));
 
     // A retry: applied under the claim's token, lost under another.
     let retry = |token| JobOutcome {
