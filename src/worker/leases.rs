@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::domain::JobId;
@@ -23,10 +24,11 @@ pub(super) struct LeaseKeeper {
 }
 
 impl LeaseKeeper {
-    /// Starts the renewing task; call inside the runtime.
-    pub fn start(queue: JobQueue, lease: Duration) -> Self {
+    /// Starts the renewing task; call inside the runtime. `rounds` counts the renewal
+    /// statements that committed.
+    pub fn start(queue: JobQueue, lease: Duration, rounds: watch::Sender<u64>) -> Self {
         let held = Held::default();
-        let task = tokio::spawn(renew_every_third(queue, lease, held.clone()));
+        let task = tokio::spawn(renew_every_third(queue, lease, held.clone(), rounds));
         Self { held, task }
     }
 
@@ -69,7 +71,12 @@ fn lock(held: &Held) -> std::sync::MutexGuard<'_, HashMap<JobId, Uuid>> {
     held.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn renew_every_third(queue: JobQueue, lease: Duration, held: Held) {
+async fn renew_every_third(
+    queue: JobQueue,
+    lease: Duration,
+    held: Held,
+    rounds: watch::Sender<u64>,
+) {
     let span = lease_span(lease);
     loop {
         tokio::time::sleep(lease / 3).await;
@@ -88,6 +95,8 @@ async fn renew_every_third(queue: JobQueue, lease: Duration, held: Held) {
                         held.remove(job);
                     }
                 }
+                drop(held);
+                rounds.send_modify(|n| *n += 1);
             }
             Err(e) => {
                 tracing::warn!(jobs = leases.len(), error = %e, "lease renewal failed")

@@ -57,6 +57,8 @@ pub struct Worker {
     /// Whether the loop is waiting for a wake-up now (tests wait on it, so that only a
     /// wake-up can deliver what comes next).
     waiting: watch::Sender<bool>,
+    /// Lease renewal statements committed (tests wait on it instead of on the clock).
+    lease_renewals: watch::Sender<u64>,
 }
 
 /// Outcomes written per transaction, at most.
@@ -102,12 +104,19 @@ impl Worker {
             crash: CrashPoints::default(),
             metrics: Arc::default(),
             waiting: watch::Sender::new(false),
+            lease_renewals: watch::Sender::new(0),
         }
     }
 
     /// Whether the loop is waiting for a wake-up now (see `run`).
     pub fn waiting(&self) -> watch::Receiver<bool> {
         self.waiting.subscribe()
+    }
+
+    /// How many lease renewal statements have committed, one per round over every
+    /// delivery in flight (see `leases`).
+    pub fn lease_renewals(&self) -> watch::Receiver<u64> {
+        self.lease_renewals.subscribe()
     }
 
     /// Counts attempts into these metrics (by default, into a registry nobody scrapes).
@@ -391,6 +400,7 @@ impl Worker {
                     leases: leases::LeaseKeeper::start(
                         self.queue.clone(),
                         self.config.worker.lease,
+                        self.lease_renewals.clone(),
                     ),
                 })
             })

@@ -97,18 +97,13 @@ async fn a_delivery_waiting_to_record_its_outcome_keeps_its_lease(backend: Backe
     let claimed_until = app.job(event, "billing").await.locked_until.unwrap();
 
     // Renewals come every third of the lease; the deadline only bounds a broken renewal.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let until = app.job(event, "billing").await.locked_until.unwrap();
-        if until > claimed_until {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the lease was not renewed while the outcome waited"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut renewals = worker.lease_renewals();
+    tokio::time::timeout(Duration::from_secs(5), renewals.wait_for(|n| *n > 0))
+        .await
+        .expect("the lease was not renewed while the outcome waited")
+        .unwrap();
+    let until = app.job(event, "billing").await.locked_until.unwrap();
+    assert!(until > claimed_until, "renewed past the claim's lease");
     let past_the_claim = claimed_until + chrono::Duration::milliseconds(1);
     let report = app.reconciler().sweep_at(past_the_claim).await.unwrap();
     assert_eq!(report.expired_leases, 0, "a live delivery keeps its job");
